@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# tools/dev.sh — set up, build and run zinf on a Debian 12 machine.
+#
+#   tools/dev.sh run     install packages, build Release into build/, run the main job
+#   tools/dev.sh test    install packages, build, run every test (ctest)
+#   tools/dev.sh setup   install packages only
+#   tools/dev.sh build   set up and build only
+#
+# Idempotent: packages already installed and an up-to-date build are skipped quickly.
+# Environment: BUILD_DIR (default build), JOBS (default nproc), ZINF_CUDA (AUTO|ON|OFF).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${BUILD_DIR:-$root/build}
+jobs=${JOBS:-$(nproc)}
+
+packages=(
+  build-essential cmake pkg-config
+  liburing-dev libaio-dev libtbb-dev libopenblas-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev
+  fio python3 python3-torch
+)
+
+setup() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  echo "dev.sh: installing ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+build() {
+  setup
+  cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release \
+    ${ZINF_CUDA:+-DZINF_CUDA=$ZINF_CUDA} >/dev/null
+  cmake --build "$build_dir" -j "$jobs"
+}
+
+run_main() {
+  build
+  # Until the trainer exists the main job is a short I/O benchmark on a file under build/.
+  local dir="$build_dir/run-tmp"
+  mkdir -p "$dir"
+  "$build_dir/zinf" bench-io --path "$dir" --size 256M --block 1M --qd 8 --time 3 \
+    --op read,write
+  "$build_dir/zinf" info
+}
+
+run_tests() {
+  build
+  # The tests themselves use at most 2 threads; ctest runs two test processes side by side.
+  (cd "$build_dir" && ctest --output-on-failure -j "$jobs" --timeout 600)
+}
+
+case "${1:-}" in
+  run) run_main ;;
+  test) run_tests ;;
+  setup) setup ;;
+  build) build ;;
+  *) echo "usage: tools/dev.sh run|test|setup|build" >&2; exit 2 ;;
+esac
