@@ -1,0 +1,168 @@
+// io/engine.h — asynchronous block I/O on registered (optionally striped) files.
+//
+// Contract:
+// - Create() picks a backend: uring, aio or posix as asked; `auto` tries io_uring, then libaio,
+//   then posix threads, and logs once which engine runs and why the better ones were refused.
+//   io_uring is skipped when EngineOptions::allow_uring is false or ZINF_IO_DISABLE_URING=1.
+// - Submit() validates a request (file known, within the file, aligned as the file's O_DIRECT
+//   alignment requires: errors name the alignment) and returns at once. The request is split
+//   into pieces of at most block_size bytes, never crossing a stripe boundary; at most
+//   queue_depth pieces are in flight. A short transfer is resubmitted for its remainder, EAGAIN
+//   and EINTR are retried (max_retries per piece), any other error fails the request with a
+//   status naming the file, physical offset, length and errno. End of file on a read is
+//   OutOfRange. A request is reported OK only when every byte was transferred, and is reported
+//   (callback or Wait) only after none of its pieces is still in the kernel, so its buffer is
+//   free to reuse.
+// - Completions are reaped by whichever thread calls Poll/Wait/Drain; callbacks run on that
+//   thread without the engine's lock held and may Submit more work (those submissions are
+//   batched into one kernel call after the callbacks return).
+//
+// Thread-safety: all public methods may be called from any number of threads at once, except
+// AddFile/RemoveFile/RegisterBuffer, which REQUIRE that no request is in flight.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "io/backend.h"
+#include "io/request.h"
+#include "zinf/status.h"
+
+namespace zinf::io {
+
+enum class EngineKind { kAuto, kUring, kAio, kPosix };
+std::string_view EngineKindName(EngineKind kind);
+Result<EngineKind> ParseEngineKind(std::string_view name);  // "auto", "uring", "aio", "posix"
+
+inline constexpr uint64_t kDefaultBlockBytes = 1 << 20;
+inline constexpr unsigned kDefaultQueueDepth = 32;
+
+struct EngineOptions {
+  EngineKind kind = EngineKind::kAuto;
+  uint64_t block_size = kDefaultBlockBytes;  // largest piece handed to the kernel
+  unsigned queue_depth = kDefaultQueueDepth;  // most pieces in flight
+  unsigned posix_threads = 0;                 // posix engine's workers; 0 = queue_depth
+  bool allow_uring = true;                    // false: auto never tries io_uring
+  unsigned max_retries = 1000;                // EAGAIN/EINTR resubmissions per piece
+};
+
+// One file of a (possibly striped) set, opened by the caller (see io/file.h).
+struct FileMember {
+  int fd = -1;
+  std::string path;
+};
+
+// How logical offsets map to member files: stripe unit k of the set lives in member
+// k % members.size() at offset (k / members.size()) * stripe_bytes.
+struct FileLayout {
+  std::vector<FileMember> members;
+  uint64_t stripe_bytes = 0;  // REQUIRED when members.size() > 1
+  uint64_t size = 0;          // logical size; requests beyond it are refused
+  uint32_t mem_align = 1;     // buffer address alignment (O_DIRECT), 1 when buffered
+  uint32_t offset_align = 1;  // offset and length alignment (O_DIRECT), 1 when buffered
+};
+
+struct EngineStats {
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t pieces = 0;           // pieces completed (including resubmissions)
+  uint64_t retries = 0;          // EAGAIN/EINTR resubmissions
+  uint64_t short_transfers = 0;  // short results resubmitted for their remainder
+  uint64_t failed_requests = 0;
+};
+
+using Ticket = uint64_t;
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  // An engine over a given backend (tests wrap a real one in a FaultInjectingBackend).
+  static std::unique_ptr<Engine> WithBackend(std::unique_ptr<Backend> backend,
+                                             const EngineOptions& options);
+  ~Engine();  // waits for every request in flight
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  std::string_view name() const { return backend_->Name(); }
+  const EngineOptions& options() const { return options_; }
+  // Why `auto` did not get a better engine; empty when it got io_uring or was not `auto`.
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  bool buffers_registered() const { return buffers_registered_; }
+
+  Result<FileId> AddFile(FileLayout layout);
+  Status RemoveFile(FileId file);
+  // Registers [base, base+len) with the kernel (io_uring fixed buffers) in addition to those
+  // registered before. Memory that is not registered still works, through plain reads/writes.
+  Status RegisterBuffer(void* base, size_t len);
+
+  // Async with a ticket for Wait.
+  Result<Ticket> Submit(const Request& request);
+  // Async with a callback that runs exactly once when the request is done; on an error
+  // return the callback never runs.
+  Status Submit(const Request& request, Callback done);
+  // Blocks until the ticket's request is done and returns its status (the ticket is consumed).
+  Status Wait(Ticket ticket);
+  // Reaps what has completed and runs callbacks; with `block`, waits for at least one piece
+  // when any is in flight. Returns the number of requests finished.
+  Result<size_t> Poll(bool block);
+  // Waits until no request is in flight.
+  Status Drain();
+
+  // Blocking conveniences.
+  Status Read(FileId file, uint64_t offset, void* buf, size_t len);
+  Status Write(FileId file, uint64_t offset, const void* buf, size_t len);
+
+  EngineStats stats() const;
+  size_t requests_in_flight() const;
+
+ private:
+  struct Op;
+  struct Slot;
+  struct FileEntry;
+
+  Engine(std::unique_ptr<Backend> backend, const EngineOptions& options);
+  Status Validate(const Request& r) const;
+  Result<Op*> Enqueue(const Request& r, Callback cb);  // REQUIRES: mu_ held
+  void Pump();                                          // REQUIRES: mu_ held
+  Status FlushLocked();                                 // REQUIRES: mu_ held
+  void PrepareSlot(uint32_t slot);                      // REQUIRES: mu_ held
+  void OnRaw(const RawCompletion& c);                   // REQUIRES: mu_ held
+  void Fail(Op* op, Status status);                     // REQUIRES: mu_ held
+  void ReleaseSlot(uint32_t slot);                      // REQUIRES: mu_ held
+  Result<size_t> PollLocked(std::unique_lock<std::mutex>& lock, bool block);
+  std::string Describe(const Slot& s) const;            // REQUIRES: mu_ held
+  int BufferIndex(const void* p, size_t len) const;
+
+  EngineOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::string fallback_reason_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // a reap finished
+  std::vector<FileEntry> files_;
+  std::vector<iovec> regions_;  // registered buffers, sorted by base
+  bool buffers_registered_ = false;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  std::deque<Op*> pending_;  // ops with bytes not yet cut into pieces
+  std::unordered_map<Ticket, std::unique_ptr<Op>> ops_;  // unfinished ops
+  std::unordered_map<Ticket, Status> finished_;         // finished ops awaiting Wait
+  std::vector<std::unique_ptr<Op>> to_notify_;           // finished, callbacks not yet run
+  std::vector<RawCompletion> raw_;
+  Ticket next_ticket_ = 1;
+  uint32_t pieces_in_flight_ = 0;
+  bool prepared_unflushed_ = false;
+  bool reaping_ = false;
+  EngineStats stats_;
+};
+
+}  // namespace zinf::io

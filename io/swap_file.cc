@@ -1,0 +1,80 @@
+#include "io/swap_file.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+namespace zinf::io {
+
+namespace fs = std::filesystem;
+
+Result<std::unique_ptr<SwapFile>> SwapFile::Create(const SwapFileOptions& o) {
+  if (o.dirs.empty()) return InvalidArgument("swap file: no directory given");
+  if (o.size == 0) return InvalidArgument("swap file: size must be > 0");
+  if (o.dirs.size() > 1 && o.stripe_bytes == 0) {
+    return InvalidArgument("swap file: stripe unit must be > 0 when striping over directories");
+  }
+  for (const auto& d : o.dirs) {
+    std::error_code ec;
+    auto st = fs::status(d, ec);
+    if (ec || !fs::exists(st)) {
+      return NotFound(fmt::format("swap directory {} does not exist", d));
+    }
+    if (!fs::is_directory(st)) {
+      return InvalidArgument(fmt::format("swap directory {} is not a directory", d));
+    }
+  }
+  auto swap = std::unique_ptr<SwapFile>(new SwapFile());
+  swap->remove_on_close_ = o.remove_on_close;
+  const size_t n = o.dirs.size();
+  for (size_t i = 0; i < n; ++i) {
+    std::string path = (fs::path(o.dirs[i]) / (n > 1 ? fmt::format("{}.{}", o.name, i)
+                                                      : o.name)).string();
+    auto f = File::Open(path, File::Options{.create = true, .direct = o.direct});
+    if (!f.ok()) return f.status();
+    swap->offset_align_ = std::max(swap->offset_align_, (*f)->alignment().offset);
+    swap->mem_align_ = std::max(swap->mem_align_, (*f)->alignment().mem);
+    swap->members_.push_back(std::move(f).value());
+  }
+  const uint64_t align = swap->offset_align_;
+  swap->size_ = (o.size + align - 1) / align * align;
+  uint64_t member_bytes = swap->size_;
+  if (n > 1) {
+    if (o.stripe_bytes % align != 0) {
+      return InvalidArgument(fmt::format(
+          "swap file: stripe unit {} is not a multiple of the O_DIRECT alignment {} of {}",
+          o.stripe_bytes, align, swap->members_[0]->path()));
+    }
+    swap->stripe_bytes_ = o.stripe_bytes;
+    uint64_t units = (swap->size_ + o.stripe_bytes - 1) / o.stripe_bytes;
+    member_bytes = (units + n - 1) / n * o.stripe_bytes;
+  }
+  for (auto& m : swap->members_) {
+    ZINF_RETURN_IF_ERROR(m->Preallocate(member_bytes));
+  }
+  return swap;
+}
+
+SwapFile::~SwapFile() {
+  if (!remove_on_close_) return;
+  for (auto& m : members_) ::unlink(m->path().c_str());
+}
+
+FileLayout SwapFile::Layout() const {
+  FileLayout l;
+  for (auto& m : members_) l.members.push_back(FileMember{m->fd(), m->path()});
+  l.stripe_bytes = stripe_bytes_;
+  l.size = size_;
+  l.mem_align = mem_align_;
+  l.offset_align = offset_align_;
+  return l;
+}
+
+bool SwapFile::direct() const {
+  return std::all_of(members_.begin(), members_.end(), [](auto& m) { return m->direct(); });
+}
+
+}  // namespace zinf::io

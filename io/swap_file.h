@@ -1,0 +1,62 @@
+// io/swap_file.h — preallocated swap files, optionally striped over several directories.
+//
+// Contract: Create() checks every directory first (exists, is a directory), then creates
+// "<dir>/<name>" (or "<dir>/<name>.<i>" when striped over several directories) with mode 0600,
+// never through a symlink, and preallocates each to its full size before returning — a full
+// disk fails here, naming the path and the bytes needed, before any work starts. Striping is
+// RAID-0 in software: stripe unit k lives in member k % n (io::FileLayout says how). An existing
+// regular file at the path is reused (grown if needed). With remove_on_close the files are
+// unlinked when the SwapFile is destroyed.
+//
+// Thread-safety: immutable after Create; Layout() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/engine.h"
+#include "io/file.h"
+#include "zinf/status.h"
+
+namespace zinf::io {
+
+inline constexpr uint64_t kDefaultStripeBytes = 1 << 20;
+
+struct SwapFileOptions {
+  std::vector<std::string> dirs;  // one or more directories (one per NVMe drive)
+  std::string name = "zinf.swap";
+  uint64_t size = 0;              // logical bytes, rounded up to the O_DIRECT alignment
+  uint64_t stripe_bytes = kDefaultStripeBytes;
+  bool direct = true;
+  bool remove_on_close = true;
+};
+
+class SwapFile {
+ public:
+  static Result<std::unique_ptr<SwapFile>> Create(const SwapFileOptions& options);
+  ~SwapFile();
+  SwapFile(const SwapFile&) = delete;
+  SwapFile& operator=(const SwapFile&) = delete;
+
+  // What Engine::AddFile needs: fds, paths, stripe unit, size, alignment.
+  FileLayout Layout() const;
+  uint64_t size() const { return size_; }
+  uint64_t stripe_bytes() const { return stripe_bytes_; }
+  bool direct() const;  // false when any member fell back to buffered I/O
+  const std::vector<std::unique_ptr<File>>& members() const { return members_; }
+  uint32_t offset_align() const { return offset_align_; }
+  uint32_t mem_align() const { return mem_align_; }
+
+ private:
+  SwapFile() = default;
+  std::vector<std::unique_ptr<File>> members_;
+  uint64_t size_ = 0;
+  uint64_t stripe_bytes_ = 0;
+  uint32_t offset_align_ = 1;
+  uint32_t mem_align_ = 1;
+  bool remove_on_close_ = true;
+};
+
+}  // namespace zinf::io

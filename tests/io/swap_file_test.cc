@@ -1,0 +1,99 @@
+// io::SwapFile: creation, preallocation, striping layout, refusals.
+#include "io/swap_file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+
+namespace zinf::io {
+namespace {
+
+using zinf::testing::ScopedTmpfs;
+using zinf::testing::TempDir;
+
+TEST(SwapFileTest, CreatesPreallocated0600AndRemovesOnClose) {
+  TempDir dir;
+  std::string path = dir / "zinf.swap";
+  {
+    auto s = SwapFile::Create({.dirs = {dir.path()}, .size = 3 << 20});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    struct stat st{};
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 3u << 20);
+    FileLayout l = (*s)->Layout();
+    EXPECT_EQ(l.members.size(), 1u);
+    EXPECT_EQ(l.size, 3u << 20);
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(SwapFileTest, StripedMembersShareTheSizeByStripeUnits) {
+  TempDir a, b;
+  auto s = SwapFile::Create(
+      {.dirs = {a.path(), b.path()}, .size = 5 << 20, .stripe_bytes = 1 << 20});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ((*s)->members().size(), 2u);
+  // 5 units over 2 members: 3 units each (rounded up).
+  for (auto& m : (*s)->members()) EXPECT_EQ(*m->Size(), 3u << 20);
+  EXPECT_TRUE(std::filesystem::exists(a / "zinf.swap.0"));
+  EXPECT_TRUE(std::filesystem::exists(b / "zinf.swap.1"));
+  EXPECT_EQ((*s)->Layout().stripe_bytes, 1u << 20);
+}
+
+TEST(SwapFileTest, SymlinkInPlaceOfTheSwapFileIsRefused) {
+  TempDir dir;
+  std::string victim = dir / "victim";
+  std::ofstream(victim) << "precious";
+  ASSERT_EQ(symlink(victim.c_str(), (dir / "zinf.swap").c_str()), 0);
+  auto s = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("symbolic link"), std::string::npos);
+  std::ifstream in(victim);
+  std::string content;
+  in >> content;
+  EXPECT_EQ(content, "precious");
+}
+
+TEST(SwapFileTest, MissingDirectoryIsNamed) {
+  TempDir dir;
+  auto s = SwapFile::Create({.dirs = {dir / "nope"}, .size = 1 << 20});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(s.status().message().find(dir / "nope"), std::string::npos);
+}
+
+TEST(SwapFileTest, FullDiskFailsUpFrontWithPathAndBytes) {
+  TempDir dir;
+  std::string mnt = dir / "small";
+  ScopedTmpfs tmpfs(mnt, "1M");
+  if (!tmpfs.mounted()) GTEST_SKIP() << "cannot mount a size-limited tmpfs here";
+  auto s = SwapFile::Create({.dirs = {mnt}, .size = 16 << 20});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.status().message().find(mnt + "/zinf.swap"), std::string::npos)
+      << s.status().message();
+  EXPECT_NE(s.status().message().find(std::to_string(16 << 20)), std::string::npos);
+}
+
+TEST(SwapFileTest, StripeUnitMustMatchTheAlignment) {
+  TempDir a, b;
+  auto s = SwapFile::Create({.dirs = {a.path(), b.path()}, .size = 1 << 20, .stripe_bytes = 100});
+  // Refused unless the file system needs no alignment (buffered fallback).
+  if (s.ok()) {
+    EXPECT_EQ((*s)->offset_align(), 1u);
+  } else {
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("stripe unit 100"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace zinf::io
