@@ -1,0 +1,87 @@
+// tools/io_bench.h — the I/O benchmark behind `zinf bench-io` and `zinf tune`.
+//
+// Contract: an IoBenchTarget is a preallocated (optionally striped) file under the given
+// directories. Before the first read run it is filled with data once, so reads hit real
+// blocks (a freshly fallocated extent reads as zeros without touching the disk, which would
+// flatter every read number). RunIoBench keeps `queue_depth` requests of `block` bytes in flight
+// for `seconds` (or until `bytes_limit` bytes moved), sequentially (wrapping at the end) or at
+// uniformly random block-aligned offsets, and measures every request's latency from submission
+// to completion. Every completion is checked: one failed request fails the run.
+//
+// Thread-safety: single-threaded use; one run at a time per target.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/engine.h"
+#include "io/swap_file.h"
+#include "zinf/status.h"
+
+namespace zinf::tools {
+
+enum class IoPattern { kRead, kWrite, kRandRead, kRandWrite };  // fio's names: read, write...
+std::string_view IoPatternName(IoPattern p);
+Result<IoPattern> ParseIoPattern(std::string_view name);
+inline bool IsRead(IoPattern p) { return p == IoPattern::kRead || p == IoPattern::kRandRead; }
+
+struct IoBenchSpec {
+  io::EngineKind engine = io::EngineKind::kAuto;
+  IoPattern pattern = IoPattern::kRead;
+  uint64_t block = 1 << 20;
+  unsigned queue_depth = 8;
+  unsigned posix_threads = 0;
+  double seconds = 5.0;      // 0: run until bytes_limit
+  uint64_t bytes_limit = 0;  // 0: no limit
+  uint64_t seed = 1;
+};
+
+struct IoBenchResult {
+  std::string engine;  // the engine that really ran
+  IoPattern pattern = IoPattern::kRead;
+  uint64_t block = 0;
+  unsigned queue_depth = 0;
+  uint64_t bytes = 0;
+  uint64_t requests = 0;
+  double seconds = 0;
+  double gbps = 0;   // 10^9 bytes per second
+  double gibps = 0;  // 2^30 bytes per second
+  double iops = 0;
+  double lat_p50_us = 0, lat_p99_us = 0, lat_max_us = 0;
+  bool direct = true;
+  bool registered_buffers = false;
+};
+
+nlohmann::json ToJson(const IoBenchResult& r);
+
+class IoBenchTarget {
+ public:
+  static Result<std::unique_ptr<IoBenchTarget>> Create(const std::vector<std::string>& dirs,
+                                                       uint64_t size, uint64_t stripe_bytes,
+                                                       bool keep);
+  io::SwapFile& swap() { return *swap_; }
+  uint64_t size() const { return swap_->size(); }
+  // Writes the whole file once (skipped when already done by this object).
+  Status EnsureFilled();
+  // The caller vouches that the file already holds data (a file kept from an earlier run).
+  void MarkFilled() { filled_ = true; }
+
+ private:
+  std::unique_ptr<io::SwapFile> swap_;
+  bool filled_ = false;
+};
+
+Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec);
+
+// Table rows, CSV and an SVG chart (GB/s against queue depth, one line per block size).
+std::string FormatTableHeader();
+std::string FormatTableRow(const IoBenchResult& r);
+std::string FormatCsv(const std::vector<IoBenchResult>& results);
+// One chart for the results of one engine and one pattern.
+std::string RenderSvgChart(const std::vector<IoBenchResult>& results, const std::string& title);
+
+}  // namespace zinf::tools
