@@ -1,0 +1,482 @@
+#include "src/config/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "src/base/log.h"
+#include "src/base/units.h"
+#include "src/config/config_schema.h"
+
+namespace zinf {
+namespace {
+
+using nlohmann::json;
+
+// "src: line" for each line, one per line of the message.
+Status Problems(const std::string& source, const std::vector<std::string>& lines) {
+  std::string message;
+  for (const auto& line : lines) {
+    if (!message.empty()) message += '\n';
+    message += fmt::format("{}: {}", source, line);
+  }
+  return InvalidArgument(std::move(message));
+}
+
+// 1-based line and column of the byte nlohmann reports (the last one it read, 1-based).
+std::pair<size_t, size_t> LineColumn(std::string_view text, size_t byte) {
+  const size_t pos = std::min(byte == 0 ? 0 : byte - 1, text.size());
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < pos; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return {line, pos - line_start + 1};
+}
+
+// nlohmann's what() without its "[json.exception...] parse error at line 1, column 2: " head.
+std::string ParseErrorDetail(const char* what) {
+  std::string s = what;
+  size_t at = s.find("parse error");
+  if (at != std::string::npos) {
+    size_t colon = s.find(": ", at);
+    if (colon != std::string::npos) return s.substr(colon + 2);
+  }
+  return s;
+}
+
+struct DuplicateKey {
+  std::string path;
+};
+
+// Parses `text`, refusing a key repeated within one object (nlohmann would keep the last).
+json ParseRefusingDuplicates(std::string_view text) {
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;
+  };
+  std::vector<Frame> frames;
+  auto callback = [&frames](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        frames.push_back({true, {}, {}});
+        break;
+      case json::parse_event_t::array_start:
+        frames.push_back({false, {}, {}});
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames.empty()) frames.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        Frame& f = frames.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second) {
+          std::string path;
+          for (const Frame& g : frames) {
+            if (!g.object) {
+              path += "[]";
+            } else {
+              path += (path.empty() ? "" : ".") + g.key;
+            }
+          }
+          throw DuplicateKey{path};
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  return json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
+                     /*ignore_comments=*/true);
+}
+
+std::string Quoted(const std::string& s) { return json(s).dump(); }
+
+std::vector<std::string> ValidateLines(const Config& c) {
+  std::vector<std::string> out;
+  auto check_offload = [&](std::string_view block, OffloadDevice device,
+                           const std::string& nvme_path, uint64_t buffer_count) {
+    if (device != OffloadDevice::kNvme) return;
+    if (nvme_path.empty()) {
+      out.push_back(fmt::format(
+          "zero_optimization.{0}.nvme_path: missing; expected a directory on the NVMe drive, "
+          "because zero_optimization.{0}.device is \"nvme\"",
+          block));
+    }
+    if (buffer_count == 0) {
+      out.push_back(
+          fmt::format("zero_optimization.{0}.buffer_count: 0 is impossible with device \"nvme\"; "
+                      "expected an integer >= 1",
+                      block));
+    }
+  };
+  check_offload("offload_param", c.zero.offload_param.device, c.zero.offload_param.nvme_path,
+                c.zero.offload_param.buffer_count);
+  check_offload("offload_optimizer", c.zero.offload_optimizer.device,
+                c.zero.offload_optimizer.nvme_path, c.zero.offload_optimizer.buffer_count);
+  if (c.zero.offload_param.device == OffloadDevice::kNvme &&
+      c.zero.offload_param.buffer_size == 0) {
+    out.push_back(
+        "zero_optimization.offload_param.buffer_size: 0 is impossible with device "
+        "\"nvme\"; expected an integer >= 1 (elements)");
+  }
+
+  // Batch sizes (world size 1).
+  const TrainConfig& t = c.train;
+  const auto& tbs = t.train_batch_size;
+  const auto& micro = t.train_micro_batch_size_per_gpu;
+  const auto& gas = t.gradient_accumulation_steps;
+  if (tbs && micro && gas) {
+    if (*tbs != *micro * *gas * kConfigWorldSize) {
+      out.push_back(fmt::format(
+          "train_batch_size: {} does not equal train_micro_batch_size_per_gpu {} * "
+          "gradient_accumulation_steps {} * world size {} = {}; expected them to agree (or "
+          "leave one out)",
+          *tbs, *micro, *gas, kConfigWorldSize, *micro * *gas * kConfigWorldSize));
+    }
+  } else if (tbs && micro && *tbs % (*micro * kConfigWorldSize) != 0) {
+    out.push_back(fmt::format(
+        "train_batch_size: {} is not a multiple of train_micro_batch_size_per_gpu {} * world "
+        "size {}; expected a multiple",
+        *tbs, *micro, kConfigWorldSize));
+  } else if (tbs && gas && *tbs % (*gas * kConfigWorldSize) != 0) {
+    out.push_back(fmt::format(
+        "train_batch_size: {} is not a multiple of gradient_accumulation_steps {} * world "
+        "size {}; expected a multiple",
+        *tbs, *gas, kConfigWorldSize));
+  }
+
+  if (c.fp16.enabled && c.bf16.enabled.value_or(false)) {
+    out.push_back(
+        "fp16.enabled: true together with bf16.enabled true; expected at most one "
+        "16-bit format enabled");
+  }
+
+  const SchedulerConfig& s = c.scheduler;
+  if ((s.type == SchedulerType::kWarmupLR || s.type == SchedulerType::kWarmupDecayLR) &&
+      s.warmup_min_lr > c.WarmupMaxLr()) {
+    out.push_back(
+        fmt::format("scheduler.params.warmup_min_lr: {} is above the warmup peak {} ({}); expected "
+                    "warmup_min_lr <= warmup_max_lr",
+                    s.warmup_min_lr, c.WarmupMaxLr(),
+                    s.warmup_max_lr ? "scheduler.params.warmup_max_lr" : "optimizer.params.lr"));
+  }
+
+  const ModelConfig& m = c.zinf.model;
+  if (m.width % m.heads != 0) {
+    out.push_back(
+        fmt::format("zinf.model.width: {} is not divisible by zinf.model.heads {}; "
+                    "expected a multiple of heads",
+                    m.width, m.heads));
+  }
+
+  // Budgets that can never be met.
+  const bool uses_nvme = c.zero.offload_param.device == OffloadDevice::kNvme ||
+                         c.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  const BudgetsConfig& b = c.zinf.budgets;
+  if (uses_nvme && b.pinned_bytes && *b.pinned_bytes < c.aio.block_size) {
+    out.push_back(fmt::format(
+        "zinf.budgets.pinned_bytes: {} ({}) cannot stage one aio.block_size of {} ({}) for "
+        "NVMe I/O; expected at least aio.block_size",
+        *b.pinned_bytes, FormatBytesHuman(*b.pinned_bytes), c.aio.block_size,
+        FormatBytesShort(c.aio.block_size)));
+  }
+  if (b.device_bytes) {
+    const uint64_t elem = c.precision() == Precision::kFp32 ? 4 : 2;
+    const uint64_t unit_bytes = m.LargestUnitParams() * elem;
+    if (unit_bytes > *b.device_bytes) {
+      out.push_back(fmt::format(
+          "zinf.budgets.device_bytes: {} ({}) cannot hold the largest unit of zinf.model "
+          "({} parameters * {} bytes = {}, {}); expected at least {} or a smaller model",
+          *b.device_bytes, FormatBytesHuman(*b.device_bytes), m.LargestUnitParams(), elem,
+          unit_bytes, FormatBytesHuman(unit_bytes), unit_bytes));
+    }
+  }
+
+  std::set<std::string> seen;
+  for (size_t i = 0; i < c.zinf.stripe_paths.size(); ++i) {
+    const std::string& p = c.zinf.stripe_paths[i];
+    if (p.empty()) {
+      out.push_back(fmt::format("zinf.stripe_paths[{}]: empty; expected a directory", i));
+    } else if (!seen.insert(p).second) {
+      out.push_back(
+          fmt::format("zinf.stripe_paths[{}]: {} is listed twice; expected distinct "
+                      "directories",
+                      i, Quoted(p)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view OffloadDeviceName(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::kNone:
+      return "none";
+    case OffloadDevice::kCpu:
+      return "cpu";
+    case OffloadDevice::kNvme:
+      return "nvme";
+  }
+  return "?";
+}
+
+std::string_view OptimizerTypeName(OptimizerType type) {
+  return type == OptimizerType::kAdam ? "Adam" : "AdamW";
+}
+
+std::string_view SchedulerTypeName(SchedulerType type) {
+  switch (type) {
+    case SchedulerType::kNone:
+      return "none";
+    case SchedulerType::kWarmupLR:
+      return "WarmupLR";
+    case SchedulerType::kWarmupDecayLR:
+      return "WarmupDecayLR";
+    case SchedulerType::kWarmupCosineLR:
+      return "WarmupCosineLR";
+  }
+  return "?";
+}
+
+std::string_view WarmupTypeName(WarmupType type) {
+  return type == WarmupType::kLog ? "log" : "linear";
+}
+
+std::string_view PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kFp32:
+      return "fp32";
+  }
+  return "?";
+}
+
+uint64_t ModelConfig::BlockParams() const {
+  const uint64_t c = width;
+  return 12 * c * c + 13 * c;
+}
+uint64_t ModelConfig::EmbeddingParams() const { return (uint64_t{vocab} + seq_len) * width; }
+uint64_t ModelConfig::LargestUnitParams() const {
+  return std::max({BlockParams(), EmbeddingParams(), uint64_t{2} * width});
+}
+uint64_t ModelConfig::TotalParams() const {
+  return EmbeddingParams() + layers * BlockParams() + uint64_t{2} * width;
+}
+
+Result<Config> Config::FromFile(const std::string& path, const ConfigParseOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::FromErrno(errno, "open config file " + path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::FromErrno(errno, "read config file " + path);
+  ConfigParseOptions opts = options;
+  if (opts.source_name.empty()) opts.source_name = path;
+  return FromString(text, opts);
+}
+
+Result<Config> Config::FromString(std::string_view text, const ConfigParseOptions& options) {
+  const std::string source = options.source_name.empty() ? "<string>" : options.source_name;
+  json doc;
+  try {
+    doc = ParseRefusingDuplicates(text);
+  } catch (const json::parse_error& e) {
+    auto [line, column] = LineColumn(text, e.byte);
+    return InvalidArgument(fmt::format("{}:{}:{}: malformed JSON: {}", source, line, column,
+                                       ParseErrorDetail(e.what())));
+  } catch (const DuplicateKey& d) {
+    return Problems(source, {fmt::format("{}: given twice in one object; expected each key "
+                                         "once (JSON readers disagree on which one wins)",
+                                         d.path)});
+  }
+  if (!doc.is_object()) {
+    return Problems(source, {fmt::format("the document is a JSON {}; expected a JSON object",
+                                         doc.type_name())});
+  }
+
+  Config c;
+  c.source = source;
+  config_internal::ReadReport report;
+  config_internal::ReadConfig(doc, &c, &report);
+  c.unimplemented = std::move(report.unimplemented);
+  c.auto_keys = std::move(report.auto_keys);
+  std::vector<std::string> lines = std::move(report.errors);
+  // Cross-field rules only make sense over values that were read.
+  if (lines.empty()) lines = ValidateLines(c);
+  const bool strict = options.strict || c.zinf.strict;
+  if (strict) {
+    for (const auto& u : c.unimplemented) {
+      lines.push_back(
+          fmt::format("{}: a DeepSpeed key zinf accepts but does not implement; "
+                      "expected it removed (strict mode)",
+                      u));
+    }
+  }
+  if (!lines.empty()) return Problems(source, lines);
+
+  if (!c.unimplemented.empty() && options.log_warnings) {
+    std::string list;
+    for (const auto& u : c.unimplemented) list += (list.empty() ? "" : ", ") + u;
+    Log().warn(
+        "{}: {} DeepSpeed key{} accepted but not implemented by zinf, so without "
+        "effect: {} (zinf.strict or --strict refuses them)",
+        source, c.unimplemented.size(), c.unimplemented.size() == 1 ? " is" : "s are", list);
+  }
+  if (!c.auto_keys.empty() && options.log_warnings) {
+    std::string list;
+    for (const auto& a : c.auto_keys) list += (list.empty() ? "" : ", ") + a;
+    Log().info("{}: \"auto\" means zinf's default for {}", source, list);
+  }
+  return c;
+}
+
+Status Config::Validate() const {
+  std::vector<std::string> lines = ValidateLines(*this);
+  if (lines.empty()) return Status::Ok();
+  return Problems(source, lines);
+}
+
+uint64_t Config::MicroBatchSize() const {
+  const TrainConfig& t = train;
+  if (t.train_micro_batch_size_per_gpu) return *t.train_micro_batch_size_per_gpu;
+  if (t.train_batch_size) {
+    const uint64_t gas = t.gradient_accumulation_steps.value_or(1);
+    return std::max<uint64_t>(1, *t.train_batch_size / (gas * kConfigWorldSize));
+  }
+  return 1;
+}
+
+uint64_t Config::GradientAccumulationSteps() const {
+  const TrainConfig& t = train;
+  if (t.gradient_accumulation_steps) return *t.gradient_accumulation_steps;
+  if (t.train_batch_size && t.train_micro_batch_size_per_gpu) {
+    return std::max<uint64_t>(
+        1, *t.train_batch_size / (*t.train_micro_batch_size_per_gpu * kConfigWorldSize));
+  }
+  return 1;
+}
+
+uint64_t Config::TrainBatchSize() const {
+  return MicroBatchSize() * GradientAccumulationSteps() * kConfigWorldSize;
+}
+
+Precision Config::precision() const {
+  if (fp16.enabled) return Precision::kFp16;
+  if (bf16.enabled.has_value() && !*bf16.enabled) return Precision::kFp32;
+  return Precision::kBf16;
+}
+
+double Config::WarmupMaxLr() const { return scheduler.warmup_max_lr.value_or(optimizer.lr); }
+
+std::string Config::SwapDir() const {
+  if (!zinf.swap_dir.empty()) return zinf.swap_dir;
+  if (!zero.offload_optimizer.nvme_path.empty()) return zero.offload_optimizer.nvme_path;
+  return zero.offload_param.nvme_path;
+}
+
+nlohmann::ordered_json Config::ToJson() const {
+  using oj = nlohmann::ordered_json;
+  auto path_or_null = [](const std::string& p) { return p.empty() ? oj(nullptr) : oj(p); };
+  auto bytes_or_auto = [](const std::optional<uint64_t>& v) { return v ? oj(*v) : oj("auto"); };
+
+  const OffloadParamConfig& op = zero.offload_param;
+  const OffloadOptimizerConfig& oo = zero.offload_optimizer;
+  oj out;
+  out["train_batch_size"] = TrainBatchSize();
+  out["train_micro_batch_size_per_gpu"] = MicroBatchSize();
+  out["gradient_accumulation_steps"] = GradientAccumulationSteps();
+  out["gradient_clipping"] = train.gradient_clipping;
+  out["steps_per_print"] = train.steps_per_print;
+  out["wall_clock_breakdown"] = train.wall_clock_breakdown;
+  out["zero_optimization"] = {{"stage", zero.stage},
+                              {"offload_param",
+                               {{"device", OffloadDeviceName(op.device)},
+                                {"nvme_path", path_or_null(op.nvme_path)},
+                                {"buffer_count", op.buffer_count},
+                                {"buffer_size", op.buffer_size},
+                                {"max_in_cpu", op.max_in_cpu},
+                                {"pin_memory", op.pin_memory}}},
+                              {"offload_optimizer",
+                               {{"device", OffloadDeviceName(oo.device)},
+                                {"nvme_path", path_or_null(oo.nvme_path)},
+                                {"buffer_count", oo.buffer_count},
+                                {"pin_memory", oo.pin_memory},
+                                {"pipeline_read", oo.pipeline_read},
+                                {"pipeline_write", oo.pipeline_write}}},
+                              {"stage3_prefetch_bucket_size", zero.stage3_prefetch_bucket_size},
+                              {"stage3_max_live_parameters", zero.stage3_max_live_parameters},
+                              {"sub_group_size", zero.sub_group_size}};
+  out["aio"] = {{"block_size", aio.block_size},
+                {"queue_depth", aio.queue_depth},
+                {"intra_op_parallelism", aio.intra_op_parallelism},
+                {"engine", aio.engine}};
+  out["optimizer"] = {{"type", OptimizerTypeName(optimizer.type)},
+                      {"params",
+                       {{"lr", optimizer.lr},
+                        {"betas", {optimizer.beta1, optimizer.beta2}},
+                        {"eps", optimizer.eps},
+                        {"weight_decay", optimizer.weight_decay},
+                        {"bias_correction", optimizer.bias_correction},
+                        {"adam_w_mode", optimizer.adam_w_mode}}}};
+  if (scheduler.type != SchedulerType::kNone) {
+    oj params = {{"warmup_num_steps", scheduler.warmup_num_steps},
+                 {"warmup_type", WarmupTypeName(scheduler.warmup_type)}};
+    if (scheduler.type == SchedulerType::kWarmupCosineLR) {
+      params["warmup_min_ratio"] = scheduler.warmup_min_ratio;
+      params["cos_min_ratio"] = scheduler.cos_min_ratio;
+    } else {
+      params["warmup_min_lr"] = scheduler.warmup_min_lr;
+      params["warmup_max_lr"] = WarmupMaxLr();
+    }
+    if (scheduler.type != SchedulerType::kWarmupLR && scheduler.total_num_steps != 0) {
+      params["total_num_steps"] = scheduler.total_num_steps;
+    }
+    out["scheduler"] = {{"type", SchedulerTypeName(scheduler.type)}, {"params", params}};
+  }
+  out["fp16"] = {{"enabled", fp16.enabled},
+                 {"loss_scale", fp16.loss_scale},
+                 {"initial_scale_power", fp16.initial_scale_power},
+                 {"loss_scale_window", fp16.loss_scale_window},
+                 {"hysteresis", fp16.hysteresis},
+                 {"consecutive_hysteresis", fp16.consecutive_hysteresis},
+                 {"min_loss_scale", fp16.min_loss_scale}};
+  out["bf16"] = {{"enabled", precision() == Precision::kBf16}};
+  const ModelConfig& m = zinf.model;
+  out["zinf"] = {{"budgets",
+                  {{"device_bytes", bytes_or_auto(zinf.budgets.device_bytes)},
+                   {"pinned_bytes", bytes_or_auto(zinf.budgets.pinned_bytes)},
+                   {"host_bytes", bytes_or_auto(zinf.budgets.host_bytes)}}},
+                 {"prefetch_depth", zinf.prefetch_depth},
+                 {"pipeline_depth", zinf.pipeline_depth},
+                 {"stripe_paths", zinf.stripe_paths},
+                 {"stripe_bytes", zinf.stripe_bytes},
+                 {"swap_dir", zinf.swap_dir},
+                 {"trace_file", zinf.trace_file},
+                 {"adam_threads", zinf.adam_threads},
+                 {"seed", zinf.seed},
+                 {"model",
+                  {{"layers", m.layers},
+                   {"width", m.width},
+                   {"heads", m.heads},
+                   {"seq_len", m.seq_len},
+                   {"vocab", m.vocab}}},
+                 {"strict", zinf.strict}};
+  return out;
+}
+
+}  // namespace zinf
