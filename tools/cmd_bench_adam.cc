@@ -1,17 +1,397 @@
-// Placeholder until this command lands: it says so and fails.
+// `zinf bench-adam`: times the CPU Adam step (kernels/cpu/adam.h) over N elements and, in the
+// same run and on buffers of the same size, two memory probes: a STREAM triad and a copy with
+// non-temporal stores (the memory's practical traffic limit). GB/s count bytes read plus
+// written (28 per element for an fp32 step); ratio = adam_gbps / copy_gbps.
+//
+// Method: every buffer is first touched in parallel by the same thread arena that runs the
+// kernels; then each iteration runs, for each kernel in turn (Adam step, copy, triad, finite
+// scan), one untimed and one timed call; medians over the iterations are reported.
 #include <fmt/format.h>
+#include <sys/mman.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/cast.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/grad_ops.h"
+#include "kernels/cpu/memory_probe.h"
+#include "kernels/cpu/parallel.h"
+#include "src/base/units.h"
 #include "tools/commands.h"
 
 namespace zinf::tools {
+namespace {
+
+using kernels::DType;
+
+struct BenchAdamArgs {
+  std::string elements = "64M";
+  std::string threads = "0";
+  std::string variant = "auto";
+  std::string grad = "fp32";
+  std::string param16 = "none";
+  std::string state = "fp32";
+  std::string iters = "7";
+  std::string chunk = "32K";
+  bool check_finite = false;
+  std::string stream_param16 = "on";
+  bool no_huge_pages = false;
+  bool no_baseline = false;
+  bool json = false;
+};
+
+struct Config {
+  size_t n = 0;
+  int threads = 0;
+  kernels::KernelVariant variant = kernels::KernelVariant::kAuto;
+  DType grad = DType::kF32;
+  bool has_param16 = false;
+  DType param16 = DType::kBf16;
+  DType state = DType::kF32;
+  int iters = 7;
+  size_t chunk = kernels::kDefaultChunkElems;
+  bool stream_param16 = true;
+};
+
+// 2 MiB-aligned memory (transparent huge pages requested unless --no-huge-pages), freed with
+// std::free.
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+Result<Buffer> Allocate(size_t bytes, bool huge_pages) {
+  const size_t rounded = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  if (p == nullptr) {
+    return ResourceExhausted(
+        fmt::format("cannot allocate {} for a benchmark buffer", FormatBytesHuman(rounded)));
+  }
+  // Advisory: fewer TLB misses when transparent huge pages are in madvise mode.
+  madvise(p, rounded, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  return Buffer(static_cast<unsigned char*>(p));
+}
+
+Result<Config> ParseConfig(const BenchAdamArgs& a) {
+  Config c;
+  Result<uint64_t> n = ParseBytes(a.elements);
+  if (!n.ok()) return n.status().WithContext("--elements");
+  if (*n == 0) return InvalidArgument("--elements must be > 0");
+  c.n = *n;
+  Result<std::vector<uint64_t>> threads = ParseUintList(a.threads);
+  if (!threads.ok() || threads->size() != 1 || (*threads)[0] > 4096) {
+    return InvalidArgument("--threads '" + a.threads + "': expected one count (0 = all cores)");
+  }
+  c.threads = static_cast<int>((*threads)[0]);
+  Result<kernels::KernelVariant> variant = kernels::ParseVariant(a.variant);
+  if (!variant.ok()) return variant.status().WithContext("--variant");
+  c.variant = *variant;
+  if (!kernels::ParseDType(a.grad, &c.grad)) {
+    return InvalidArgument("--grad '" + a.grad + "': expected fp32, bf16 or fp16");
+  }
+  if (a.param16 != "none") {
+    if (!kernels::ParseDType(a.param16, &c.param16) || c.param16 == DType::kF32) {
+      return InvalidArgument("--param16 '" + a.param16 + "': expected none, bf16 or fp16");
+    }
+    c.has_param16 = true;
+  }
+  if (!kernels::ParseDType(a.state, &c.state) || c.state == DType::kF16) {
+    return InvalidArgument("--state '" + a.state + "': expected fp32 or bf16");
+  }
+  Result<std::vector<uint64_t>> iters = ParseUintList(a.iters);
+  if (!iters.ok() || iters->size() != 1 || (*iters)[0] < 1 || (*iters)[0] > 100000) {
+    return InvalidArgument("--iters '" + a.iters + "': expected a count >= 1");
+  }
+  c.iters = static_cast<int>((*iters)[0]);
+  Result<uint64_t> chunk = ParseBytes(a.chunk);
+  if (!chunk.ok()) return chunk.status().WithContext("--chunk");
+  if (*chunk == 0) return InvalidArgument("--chunk must be > 0 elements");
+  c.chunk = *chunk;
+  if (a.stream_param16 != "on" && a.stream_param16 != "off") {
+    return InvalidArgument("--stream-param16 '" + a.stream_param16 + "': expected on or off");
+  }
+  c.stream_param16 = a.stream_param16 == "on";
+  return c;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t k = v.size() / 2;
+  return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
+}
+
+template <typename F>
+double Seconds(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A deterministic value in [-1, 1) from an index (a cheap integer hash).
+float Pattern(uint64_t i, uint64_t salt) {
+  uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ salt;
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 29;
+  return static_cast<float>(static_cast<int32_t>(x >> 32)) * (1.0f / 2147483648.0f);
+}
+
+int RunBenchAdam(const BenchAdamArgs& a) {
+  auto fail = [](const Status& s, int code) {
+    fmt::print(stderr, "zinf bench-adam: {}\n", s.ToString());
+    return code;
+  };
+  Result<Config> parsed = ParseConfig(a);
+  if (!parsed.ok()) return fail(parsed.status(), 2);
+  const Config& c = *parsed;
+  Result<kernels::KernelVariant> variant = kernels::ResolveVariant(c.variant);
+  if (!variant.ok()) return fail(variant.status(), 2);
+
+  kernels::KernelOptions kopt;
+  kopt.variant = *variant;
+  kopt.threads = c.threads;
+  kopt.chunk_elems = c.chunk;
+  kernels::AdamOptions aopt;
+  aopt.variant = *variant;
+  aopt.threads = c.threads;
+  aopt.chunk_elems = c.chunk;
+  aopt.check_finite = a.check_finite;
+  aopt.stream_param16 = c.stream_param16;
+
+  const size_t n = c.n;
+  // The baseline is the plain fp32 step (fp32 gradients and state, no 16-bit copy, no
+  // pre-scan). When the configured step differs from it, both run interleaved in this process
+  // so that the ratio of their times is measured under the same conditions.
+  const bool plain =
+      c.grad == DType::kF32 && c.state == DType::kF32 && !c.has_param16 && !a.check_finite;
+  const bool with_baseline = !plain && !a.no_baseline;
+  std::vector<Buffer> owned;
+  auto buffer = [&](size_t bytes) -> unsigned char* {
+    Result<Buffer> b = Allocate(bytes, !a.no_huge_pages);
+    if (!b.ok()) return nullptr;
+    if (!kernels::TouchPages(b->get(), bytes, kopt).ok()) return nullptr;
+    owned.push_back(std::move(*b));
+    return owned.back().get();
+  };
+  float* param = reinterpret_cast<float*>(buffer(n * 4));
+  void* grad = buffer(n * kernels::DTypeSize(c.grad));
+  void* exp_avg = buffer(n * kernels::DTypeSize(c.state));
+  void* exp_avg_sq = buffer(n * kernels::DTypeSize(c.state));
+  void* param16 = c.has_param16 ? buffer(n * 2) : nullptr;
+  float* probe_a = reinterpret_cast<float*>(buffer(n * 4));
+  float* probe_b = reinterpret_cast<float*>(buffer(n * 4));
+  float* probe_c = reinterpret_cast<float*>(buffer(n * 4));
+  // The baseline shares param, and the gradients and state when they are fp32.
+  const bool own_grad32 = with_baseline && c.grad != DType::kF32;
+  const bool own_state32 = with_baseline && c.state != DType::kF32;
+  float* grad32 =
+      own_grad32 ? reinterpret_cast<float*>(buffer(n * 4)) : reinterpret_cast<float*>(grad);
+  void* exp_avg32 = own_state32 ? buffer(n * 4) : exp_avg;
+  void* exp_avg_sq32 = own_state32 ? buffer(n * 4) : exp_avg_sq;
+  const void* all[] = {param,   grad,    exp_avg, exp_avg_sq, probe_a,
+                       probe_b, probe_c, grad32,  exp_avg32,  exp_avg_sq32};
+  for (const void* p : all) {
+    if (p == nullptr) {
+      return fail(ResourceExhausted(fmt::format("cannot allocate the buffers for {} elements "
+                                                "(about {} each)",
+                                                n, FormatBytesHuman(n * 4))),
+                  1);
+    }
+  }
+  if (c.has_param16 && param16 == nullptr) {
+    return fail(ResourceExhausted("cannot allocate the param16 buffer"), 1);
+  }
+  // Parameters ~ [-1, 1), gradients ~ 1e-3 * [-1, 1), state zero (TouchPages wrote zeros).
+  kernels::ParallelForChunks(n, {c.threads, c.chunk}, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      param[i] = Pattern(i, 1);
+      probe_a[i] = 1e-3f * Pattern(i, 4);
+      probe_b[i] = Pattern(i, 2);
+      probe_c[i] = Pattern(i, 3);
+    }
+  });
+  // Gradients: the fp32 pattern (in probe_a for now) copied or rounded to each buffer.
+  if (c.grad != DType::kF32) {
+    if (Status s = kernels::CastFromF32(probe_a, grad, c.grad, n, kopt); !s.ok()) return fail(s, 1);
+  }
+  if (c.grad == DType::kF32 || own_grad32) {
+    if (Status s = kernels::StreamingCopy(grad32, probe_a, n, kopt); !s.ok()) return fail(s, 1);
+  }
+
+  kernels::AdamBuffers ab;
+  ab.param = param;
+  ab.grad = grad;
+  ab.grad_type = c.grad;
+  ab.exp_avg = exp_avg;
+  ab.exp_avg_sq = exp_avg_sq;
+  ab.state_type = c.state;
+  ab.param16_out = param16;
+  ab.param16_type = c.param16;
+  ab.n = n;
+  kernels::AdamBuffers base = ab;
+  base.grad = grad32;
+  base.grad_type = DType::kF32;
+  base.exp_avg = exp_avg32;
+  base.exp_avg_sq = exp_avg_sq32;
+  base.state_type = DType::kF32;
+  base.param16_out = nullptr;
+  kernels::AdamOptions base_opt = aopt;
+  base_opt.check_finite = false;
+  kernels::AdamHyper hyper;  // torch.optim.Adam's defaults; the cost is the same for AdamW
+
+  Status error;
+  auto step = [&](const kernels::AdamBuffers& buffers, const kernels::AdamOptions& options) {
+    Result<kernels::AdamStepInfo> r = kernels::AdamStep(hyper, buffers, options);
+    if (!r.ok()) error = r.status();
+    ++hyper.step;
+  };
+  auto adam_step = [&] { step(ab, aopt); };
+  auto baseline_step = [&] { step(base, base_opt); };
+  auto copy = [&] {
+    if (Status s = kernels::StreamingCopy(probe_a, probe_b, n, kopt); !s.ok()) error = s;
+  };
+  auto triad = [&] {
+    if (Status s = kernels::Triad(probe_a, probe_b, probe_c, 0.5f, n, kopt); !s.ok()) error = s;
+  };
+  auto scan = [&] {
+    Result<bool> r = kernels::AllFinite(grad, c.grad, n, kopt);
+    if (!r.ok()) error = r.status();
+  };
+
+  // Each timed run follows an untimed run of the same kernel, so every kernel is measured in
+  // its own steady state (for example, the copy does not pay for writing back the dirty lines
+  // an Adam step left in the caches), and the kernels alternate so that a disturbance on this
+  // shared machine hits all of them alike.
+  auto timed = [](auto& f) {
+    f();
+    return Seconds(f);
+  };
+  std::vector<double> t_adam, t_base, t_rel, t_copy, t_triad, t_scan;
+  for (int k = 0; k < c.iters; ++k) {
+    t_adam.push_back(timed(adam_step));
+    if (with_baseline) {
+      t_base.push_back(timed(baseline_step));
+      t_rel.push_back(t_adam.back() / t_base.back());
+    }
+    t_copy.push_back(timed(copy));
+    t_triad.push_back(timed(triad));
+    t_scan.push_back(timed(scan));
+    if (!error.ok()) return fail(error, 1);
+  }
+
+  const size_t adam_bpe = kernels::AdamBytesPerElement(c.grad, c.state, c.has_param16);
+  const double adam_s = Median(t_adam), copy_s = Median(t_copy), triad_s = Median(t_triad),
+               scan_s = Median(t_scan);
+  const double nd = static_cast<double>(n);
+  const double adam_gbps = adam_bpe * nd / adam_s / 1e9;
+  const double copy_gbps = 8 * nd / copy_s / 1e9;
+  const double triad_gbps = 12 * nd / triad_s / 1e9;
+  const double scan_gbps = kernels::DTypeSize(c.grad) * nd / scan_s / 1e9;
+  const int threads = kernels::ResolveThreads(c.threads);
+  const std::string variant_name(kernels::VariantName(*variant));
+  const std::string p16_name = c.has_param16 ? std::string(kernels::DTypeName(c.param16)) : "none";
+
+  if (a.json) {
+    nlohmann::json j;
+    j["variant"] = variant_name;
+    j["elements"] = n;
+    j["threads"] = threads;
+    j["grad"] = std::string(kernels::DTypeName(c.grad));
+    j["state"] = std::string(kernels::DTypeName(c.state));
+    j["param16"] = p16_name;
+    j["stream_param16"] = c.stream_param16;
+    j["huge_pages"] = !a.no_huge_pages;
+    j["check_finite"] = a.check_finite;
+    j["iters"] = c.iters;
+    j["chunk_elems"] = c.chunk;
+    j["bytes_per_element"] = adam_bpe;
+    j["adam_ms"] = adam_s * 1e3;
+    j["adam_gbps"] = adam_gbps;
+    j["ns_per_element"] = adam_s * 1e9 / nd;
+    j["copy_gbps"] = copy_gbps;
+    j["triad_gbps"] = triad_gbps;
+    j["ratio"] = adam_gbps / copy_gbps;
+    if (with_baseline) {
+      // The plain fp32 step timed interleaved with this one; vs_baseline = median over the
+      // iterations of (this step's time / the baseline's time).
+      j["baseline_ms"] = Median(t_base) * 1e3;
+      j["vs_baseline"] = Median(t_rel);
+    }
+    j["finite_scan_ms"] = scan_s * 1e3;
+    j["finite_scan_gbps"] = scan_gbps;
+    // What check_finite costs relative to a step without it.
+    j["finite_scan_fraction"] = scan_s / (a.check_finite ? adam_s - scan_s : adam_s);
+    j["cpu_features"] = kernels::DescribeCpuFeatures(kernels::DetectCpuFeatures());
+    fmt::print("{}\n", j.dump());
+    return 0;
+  }
+  fmt::print(
+      "zinf bench-adam: {} elements ({}), {} threads, variant {}, grad {}, state {}, "
+      "param16 {}{}{}; medians of {} iterations\n",
+      n, FormatBytesShort(n), threads, variant_name, kernels::DTypeName(c.grad),
+      kernels::DTypeName(c.state), p16_name,
+      c.has_param16 && c.stream_param16 ? " (streaming stores)" : "",
+      a.check_finite ? ", check_finite on" : "", c.iters);
+  fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n", "adam step",
+             adam_bpe, adam_gbps, adam_s * 1e9 / nd, adam_s * 1e3);
+  fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n",
+             "copy (streaming)", 8, copy_gbps, copy_s * 1e9 / nd, copy_s * 1e3);
+  fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n", "triad", 12,
+             triad_gbps, triad_s * 1e9 / nd, triad_s * 1e3);
+  fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n",
+             "finite scan (grad)", kernels::DTypeSize(c.grad), scan_gbps, scan_s * 1e9 / nd,
+             scan_s * 1e3);
+  if (with_baseline) {
+    fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n",
+               "baseline fp32 step", 28, 28 * nd / Median(t_base) / 1e9, Median(t_base) * 1e9 / nd,
+               Median(t_base) * 1e3);
+    fmt::print("  this step / baseline (paired per iteration): {:.3f}\n", Median(t_rel));
+  }
+  fmt::print("  ratio adam/copy {:.3f}; check_finite costs {:.1f}% of a step\n",
+             adam_gbps / copy_gbps, 100 * scan_s / (a.check_finite ? adam_s - scan_s : adam_s));
+  return 0;
+}
+
+}  // namespace
 
 void RegisterBenchAdam(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("bench-adam", "(not built yet)");
-  cmd->allow_extras();
-  cmd->callback([&exit_code] {
-    fmt::print(stderr, "zinf bench-adam: not implemented in this build\n");
-    exit_code = 1;
-  });
+  auto args = std::make_shared<BenchAdamArgs>();
+  auto* cmd = app.add_subcommand(
+      "bench-adam",
+      "Time the CPU Adam step against the memory's streaming-copy and triad bandwidth");
+  cmd->add_option("--elements", args->elements, "Elements per buffer (suffixes K, M, G: 2^10...)")
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--variant", args->variant, "auto, scalar, avx2, avx512 or avx512_bf16")
+      ->capture_default_str();
+  cmd->add_option("--grad", args->grad, "Gradient type: fp32, bf16 or fp16")->capture_default_str();
+  cmd->add_option("--param16", args->param16, "16-bit copy of the new weights: none, bf16, fp16")
+      ->capture_default_str();
+  cmd->add_option("--state", args->state, "exp_avg / exp_avg_sq type: fp32 or bf16")
+      ->capture_default_str();
+  cmd->add_option("--iters", args->iters, "Timed iterations (medians reported)")
+      ->capture_default_str();
+  cmd->add_option("--chunk", args->chunk, "Elements per parallel chunk")->capture_default_str();
+  cmd->add_flag("--check-finite", args->check_finite,
+                "Include the inf/NaN pre-scan of the gradients in the timed step");
+  cmd->add_option("--stream-param16", args->stream_param16,
+                  "Non-temporal stores for the 16-bit weight copy: on or off")
+      ->capture_default_str();
+  cmd->add_flag("--no-huge-pages", args->no_huge_pages,
+                "Ask for 4 KiB pages (MADV_NOHUGEPAGE) instead of transparent huge pages");
+  cmd->add_flag("--no-baseline", args->no_baseline,
+                "Do not also time the plain fp32 step (when the options differ from it)");
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+  cmd->callback([args, &exit_code] { exit_code = RunBenchAdam(*args); });
 }
 
 }  // namespace zinf::tools

@@ -1,0 +1,113 @@
+#include "kernels/cpu/adam.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+
+#include "kernels/cpu/dispatch.h"
+
+namespace zinf::kernels {
+namespace {
+
+using internal::ElementAt;
+
+Status CheckRange(const char* name, float value, bool ok, const char* expected) {
+  if (std::isfinite(value) && ok) return Status::Ok();
+  return InvalidArgument(fmt::format("Adam hyper-parameter {} = {}: expected a finite value {}",
+                                     name, value, expected));
+}
+
+bool KnownDType(DType t) { return t == DType::kF32 || t == DType::kBf16 || t == DType::kF16; }
+
+Status Validate(const AdamHyper& h, const AdamBuffers& b) {
+  ZINF_RETURN_IF_ERROR(CheckRange("lr", h.lr, h.lr >= 0, ">= 0"));
+  ZINF_RETURN_IF_ERROR(CheckRange("beta1", h.beta1, h.beta1 >= 0 && h.beta1 < 1, "in [0, 1)"));
+  ZINF_RETURN_IF_ERROR(CheckRange("beta2", h.beta2, h.beta2 >= 0 && h.beta2 < 1, "in [0, 1)"));
+  ZINF_RETURN_IF_ERROR(CheckRange("eps", h.eps, h.eps >= 0, ">= 0"));
+  ZINF_RETURN_IF_ERROR(CheckRange("weight_decay", h.weight_decay, h.weight_decay >= 0, ">= 0"));
+  ZINF_RETURN_IF_ERROR(CheckRange("grad_scale", h.grad_scale, true, ""));
+  if (h.step < 1) {
+    return InvalidArgument("Adam step = " + std::to_string(h.step) +
+                           ": steps are 1-based (the first step is 1)");
+  }
+  if (!KnownDType(b.grad_type)) return InvalidArgument("Adam grad_type is not fp32, bf16 or fp16");
+  if (b.state_type != DType::kF32 && b.state_type != DType::kBf16) {
+    return InvalidArgument("Adam state_type " + std::string(DTypeName(b.state_type)) +
+                           " is not supported: use fp32 or bf16");
+  }
+  if (b.param16_out != nullptr &&
+      (b.param16_type != DType::kBf16 && b.param16_type != DType::kF16)) {
+    return InvalidArgument(
+        "Adam param16_type must be bf16 or fp16 (param itself is the fp32 copy)");
+  }
+  if (b.n == 0) return Status::Ok();
+  if (b.param == nullptr) return InvalidArgument("Adam param is null with n > 0");
+  if (b.grad == nullptr) return InvalidArgument("Adam grad is null with n > 0");
+  if (b.exp_avg == nullptr) return InvalidArgument("Adam exp_avg is null with n > 0");
+  if (b.exp_avg_sq == nullptr) return InvalidArgument("Adam exp_avg_sq is null with n > 0");
+  return Status::Ok();
+}
+
+internal::AdamCoeffs MakeCoeffs(const AdamHyper& h) {
+  const double beta1 = h.beta1, beta2 = h.beta2, t = static_cast<double>(h.step);
+  const double bc1 = h.bias_correction ? 1.0 - std::pow(beta1, t) : 1.0;
+  const double bc2 = h.bias_correction ? 1.0 - std::pow(beta2, t) : 1.0;
+  internal::AdamCoeffs c;
+  c.beta1 = h.beta1;
+  c.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  c.beta2 = h.beta2;
+  c.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  c.neg_step_size = static_cast<float>(-static_cast<double>(h.lr) / bc1);
+  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  c.eps = h.eps;
+  c.decay = h.adamw ? static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay) : 1.0f;
+  c.l2 = h.adamw ? 0.0f : h.weight_decay;
+  c.grad_scale = h.grad_scale;
+  return c;
+}
+
+}  // namespace
+
+size_t AdamBytesPerElement(DType grad_type, DType state_type, bool has_param16) {
+  // param read + write, grad read, m and v read + write, 16-bit copy written.
+  return 2 * sizeof(float) + DTypeSize(grad_type) + 4 * DTypeSize(state_type) +
+         (has_param16 ? 2 : 0);
+}
+
+Result<AdamStepInfo> AdamStep(const AdamHyper& hyper, const AdamBuffers& b,
+                              const AdamOptions& options) {
+  ZINF_RETURN_IF_ERROR(Validate(hyper, b));
+  ZINF_ASSIGN_OR_RETURN(
+      internal::Dispatch d,
+      internal::ResolveDispatch(options.variant, options.threads, options.chunk_elems));
+  AdamStepInfo info;
+  info.variant = d.variant;
+  info.threads = d.parallel.threads;
+  if (b.n == 0) return info;
+  if (options.check_finite && !internal::ParallelAllFinite(d, b.grad, b.grad_type, b.n)) {
+    info.found_nonfinite = true;
+    return info;
+  }
+  const internal::AdamCoeffs coeffs = MakeCoeffs(hyper);
+  internal::AdamLayout layout;
+  layout.grad_type = b.grad_type;
+  layout.state_type = b.state_type;
+  layout.has_param16 = b.param16_out != nullptr;
+  layout.param16_type = b.param16_type;
+  layout.stream_param16 = options.stream_param16;
+  const internal::VariantKernels& k = *d.kernels;
+  ParallelForChunks(b.n, d.parallel, [&](size_t begin, size_t end) {
+    internal::AdamChunk chunk;
+    chunk.param = b.param + begin;
+    chunk.grad = ElementAt(b.grad, b.grad_type, begin);
+    chunk.exp_avg = ElementAt(b.exp_avg, b.state_type, begin);
+    chunk.exp_avg_sq = ElementAt(b.exp_avg_sq, b.state_type, begin);
+    chunk.param16 = layout.has_param16 ? ElementAt(b.param16_out, b.param16_type, begin) : nullptr;
+    chunk.n = end - begin;
+    k.adam(coeffs, layout, chunk);
+  });
+  return info;
+}
+
+}  // namespace zinf::kernels

@@ -1,0 +1,37 @@
+// kernels/cpu/parallel.h — splitting an element range into chunks run on a oneTBB arena.
+//
+// Contract: ParallelForChunks calls fn(begin, end) once for each chunk [k*chunk, (k+1)*chunk)
+// of [0, n) (the last one shorter), on at most `threads` threads of a task arena of that size
+// (0 = every core this process may use). Arenas are created on first use per thread count and
+// kept for the life of the process. With one chunk or one thread, fn runs on the calling thread.
+// Chunk boundaries are multiples of chunk_elems, so the alignment of a buffer's start carries
+// over to every chunk when chunk_elems is a multiple of 64. Each thread's run of chunks ends
+// with a store fence (sfence), so fn may use non-temporal stores without fencing each chunk
+// (a fence per chunk would stall every ~100 KiB on draining the write-combining buffers), and
+// its results are visible to the caller when ParallelForChunks returns.
+//
+// Thread-safety: may be called from several threads at once; calls sharing a thread count
+// share one arena (their chunks then interleave on its threads).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace zinf::kernels {
+
+// 32K elements: the chunk's fp32 param, grad, m and v (512 KiB) fit in a core's L2, and a
+// chunk's time (tens of microseconds) dwarfs a task's scheduling cost.
+inline constexpr size_t kDefaultChunkElems = size_t{32} << 10;
+
+struct ParallelOptions {
+  int threads = 0;  // 0 = all cores
+  size_t chunk_elems = kDefaultChunkElems;
+};
+
+// The thread count `requested` stands for (0 -> oneTBB's default concurrency).
+int ResolveThreads(int requested);
+
+void ParallelForChunks(size_t n, const ParallelOptions& options,
+                       const std::function<void(size_t begin, size_t end)>& fn);
+
+}  // namespace zinf::kernels
