@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -137,6 +138,15 @@ Engine::Engine(std::unique_ptr<Backend> backend, const EngineOptions& options)
 Engine::~Engine() {
   Status s = Drain();
   if (!s.ok()) Log().error("io: engine closed with an error in flight: {}", s.ToString());
+  if (reaper_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stop_reaper_ = true;
+    }
+    work_cv_.notify_all();
+    cv_.notify_all();
+    reaper_.join();
+  }
   for (auto& f : files_) {
     for (int slot : f.fixed) backend_->RemoveFile(slot);
   }
@@ -238,6 +248,7 @@ Result<Engine::Op*> Engine::Enqueue(const Request& r, Callback cb) {
   Op* raw = op.get();
   ops_.emplace(raw->id, std::move(op));
   pending_.push_back(raw);
+  work_cv_.notify_one();
   Pump();
   if (tls_in_callbacks != this) {
     Status s = FlushLocked();
@@ -470,7 +481,27 @@ Status Engine::Drain() {
     auto r = PollLocked(lock, true);
     if (!r.ok()) return r.status();
   }
+  if (!reaper_error_.ok()) return std::exchange(reaper_error_, Status::Ok());
   return Status::Ok();
+}
+
+void Engine::StartReaper() {
+  std::lock_guard lock(mu_);
+  if (reaper_.joinable()) return;
+  reaper_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!stop_reaper_) {
+      if (ops_.empty() && to_notify_.empty()) {
+        work_cv_.wait(lock);
+        continue;
+      }
+      auto r = PollLocked(lock, true);
+      if (!r.ok()) {
+        Log().error("io: reaper: {}", r.status().ToString());
+        if (reaper_error_.ok()) reaper_error_ = r.status();
+      }
+    }
+  });
 }
 
 Status Engine::Read(FileId file, uint64_t offset, void* buf, size_t len) {

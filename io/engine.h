@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -117,6 +118,12 @@ class Engine {
   // Waits until no request is in flight.
   Status Drain();
 
+  // Starts a thread that reaps completions whenever requests are in flight, so the queue stays
+  // full (and callbacks run) while the submitting threads compute. Idempotent. The thread sleeps
+  // in the kernel while I/O is in flight and on a condition variable when none is. A reap error
+  // is logged and returned by the next Drain/Wait/Poll.
+  void StartReaper();
+
   // Blocking conveniences.
   Status Read(FileId file, uint64_t offset, void* buf, size_t len);
   Status Write(FileId file, uint64_t offset, const void* buf, size_t len);
@@ -163,6 +170,10 @@ class Engine {
   bool prepared_unflushed_ = false;
   bool reaping_ = false;
   EngineStats stats_;
+  std::condition_variable work_cv_;  // a request was submitted (wakes the reaper)
+  std::thread reaper_;
+  bool stop_reaper_ = false;
+  Status reaper_error_;
 };
 
 }  // namespace zinf::io

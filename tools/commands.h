@@ -16,5 +16,6 @@ void RegisterInfo(CLI::App& app, int& exit_code);
 void RegisterBenchIo(CLI::App& app, int& exit_code);
 void RegisterTune(CLI::App& app, int& exit_code);
 void RegisterBenchAdam(CLI::App& app, int& exit_code);
+void RegisterBenchSwap(CLI::App& app, int& exit_code);
 
 }  // namespace zinf::tools

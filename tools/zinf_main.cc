@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   zinf::tools::RegisterBenchIo(app, exit_code);
   zinf::tools::RegisterTune(app, exit_code);
   zinf::tools::RegisterBenchAdam(app, exit_code);
+  zinf::tools::RegisterBenchSwap(app, exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <condition_variable>
+#include <mutex>
 
 #include <gtest/gtest.h>
 
@@ -195,6 +197,34 @@ TEST_P(EngineTest, CallbacksMaySubmitMore) {
   std::memset(io_.data(), 0, kFileBytes);
   ASSERT_TRUE(engine_->Read(file_, 0, io_.data(), kFileBytes).ok());
   EXPECT_EQ(0, std::memcmp(io_.data(), shadow_.data(), kFileBytes));
+}
+
+TEST_P(EngineTest, ReaperCompletesRequestsWithoutPolling) {
+  engine_->StartReaper();
+  std::memcpy(io_.data(), shadow_.data(), 8 << 20);
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  Status first;
+  for (int i = 0; i < 8; ++i) {
+    uint64_t off = static_cast<uint64_t>(i) << 20;
+    ASSERT_TRUE(engine_->Submit({OpKind::kWrite, file_, off, io_.data() + off, 1 << 20},
+                                [&](const Status& s) {
+                                  std::lock_guard lock(mu);
+                                  if (!s.ok() && first.ok()) first = s;
+                                  done++;
+                                  cv.notify_all();
+                                }).ok());
+  }
+  std::unique_lock lock(mu);
+  // Nobody polls: only the reaper can finish these.
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == 8; }));
+  EXPECT_TRUE(first.ok()) << first.ToString();
+  lock.unlock();
+  // Tickets work alongside the reaper too.
+  std::memset(io_.data(), 0, 8 << 20);
+  ASSERT_TRUE(engine_->Read(file_, 0, io_.data(), 8 << 20).ok());
+  EXPECT_EQ(0, std::memcmp(io_.data(), shadow_.data(), 8 << 20));
 }
 
 TEST_P(EngineTest, MisalignedRequestsAreRefusedNamingTheAlignment) {

@@ -63,7 +63,7 @@ class FaultTest : public ::testing::TestWithParam<EngineKind> {
 
 TEST_P(FaultTest, ShortTransfersAndRetriesGiveTheCompleteResult) {
   faults_->set_rule(RandomFaults({.p_short = 0.3, .p_eagain = 0.15, .p_eintr = 0.1,
-                                  .align = swap_->offset_align(), .seed = 11}));
+                                  .align = swap_->offset_align(), .seed = 11, .only = std::nullopt}));
   for (int round = 0; round < 3; ++round) {
     ASSERT_TRUE(WriteWant().ok());
     std::memset(buf_.data(), 0, kBytes);

@@ -1,0 +1,224 @@
+#include "offload/optimizer_pipeline.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "src/base/units.h"
+
+namespace zinf::offload {
+
+using Clock = std::chrono::steady_clock;
+
+OptimizerPipeline::Layout OptimizerPipeline::LayoutFor(uint64_t n) const {
+  Layout l;
+  l.state_bytes = swap_.Padded(4 * n);
+  l.param16_bytes = swap_.Padded(2 * n);
+  l.master = 0;
+  l.exp_avg = l.state_bytes;
+  l.exp_avg_sq = 2 * l.state_bytes;
+  l.param16 = 3 * l.state_bytes;
+  l.total = 3 * l.state_bytes + l.param16_bytes;
+  return l;
+}
+
+Result<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::Create(
+    SwapSpace& swap, PinnedPool& pool, uint64_t max_unit_elems,
+    const OptimizerPipelineOptions& o) {
+  if (o.depth < 1) {
+    return InvalidArgument(fmt::format("optimizer pipeline depth {}: expected at least 1", o.depth));
+  }
+  if (max_unit_elems == 0) return InvalidArgument("optimizer pipeline: units of 0 elements");
+  auto p = std::unique_ptr<OptimizerPipeline>(new OptimizerPipeline(swap, pool, o));
+  p->max_elems_ = max_unit_elems;
+  p->slab_bytes_ = p->LayoutFor(max_unit_elems).total;
+  if (o.depth * p->slab_bytes_ > pool.budget_bytes() - pool.bytes_in_use()) {
+    return ResourceExhausted(fmt::format(
+        "optimizer pipeline: {} slabs of {} ({} elements x 14 bytes, padded) need {} of pinned "
+        "memory but the pool has {} free of its {} budget; lower the pipeline depth or "
+        "sub_group_size, or raise zinf.budgets.pinned_bytes",
+        o.depth, FormatBytesHuman(p->slab_bytes_), max_unit_elems,
+        FormatBytesHuman(o.depth * p->slab_bytes_),
+        FormatBytesHuman(pool.budget_bytes() - pool.bytes_in_use()),
+        FormatBytesHuman(pool.budget_bytes())));
+  }
+  for (unsigned i = 0; i < o.depth; ++i) {
+    ZINF_ASSIGN_OR_RETURN(PinnedBlock b, pool.Allocate(p->slab_bytes_));
+    p->slabs_.push_back(b);
+  }
+  swap.engine().StartReaper();
+  return p;
+}
+
+OptimizerPipeline::~OptimizerPipeline() {
+  for (auto& s : slabs_) pool_.Free(s);
+}
+
+namespace {
+
+// Shared between the computing thread and the engine's reaper thread.
+struct StepState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> reads_left;   // per unit: read requests still in flight
+  std::vector<int> writes_left;  // per unit
+  int writes_in_flight = 0;
+  int reads_in_flight = 0;
+  Status error;
+};
+
+}  // namespace
+
+Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit> units,
+                                                   const kernels::AdamHyper& hyper) {
+  const size_t count = units.size();
+  for (size_t i = 0; i < count; ++i) {
+    const OptimizerUnit& u = units[i];
+    if (u.n == 0 || u.n > max_elems_) {
+      return InvalidArgument(fmt::format("optimizer unit {}: {} elements, expected 1..{}", i,
+                                         u.n, max_elems_));
+    }
+    if (u.grad == nullptr) return InvalidArgument(fmt::format("optimizer unit {}: no gradient", i));
+    if (u.master.bytes != 4 * u.n || u.exp_avg.bytes != 4 * u.n || u.exp_avg_sq.bytes != 4 * u.n ||
+        (u.param16.bytes != 0 && u.param16.bytes != 2 * u.n)) {
+      return InvalidArgument(fmt::format(
+          "optimizer unit {}: extents must hold 4n bytes (master, exp_avg, exp_avg_sq) and 2n "
+          "or 0 bytes (param16) for n = {}", i, u.n));
+    }
+  }
+  io::Engine& engine = swap_.engine();
+  const io::FileId file = swap_.file();
+  const unsigned depth = options_.depth;
+  Tracer* tracer = options_.tracer && options_.tracer->enabled() ? options_.tracer : nullptr;
+  const int read_track = tracer ? tracer->Track("nvme read") : 0;
+  const int write_track = tracer ? tracer->Track("nvme write") : 0;
+  const int adam_track = tracer ? tracer->Track("adam") : 0;
+  StepState st;
+  st.reads_left.assign(count, 0);
+  st.writes_left.assign(count, 0);
+  OptimizerStepStats stats;
+  stats.units = static_cast<unsigned>(count);
+
+  // REQUIRES: st.mu held.
+  std::function<void(size_t)> submit_reads;
+  auto on_read = [&st, tracer, read_track](size_t unit) {
+    return [&st, unit, tracer, read_track, t0 = Clock::now()](const Status& s) {
+      if (tracer) tracer->Complete(read_track, fmt::format("read unit {}", unit), t0, Clock::now(), "io");
+      std::lock_guard lock(st.mu);
+      if (!s.ok() && st.error.ok()) st.error = s;
+      st.reads_left[unit]--;
+      st.reads_in_flight--;
+      st.cv.notify_all();
+    };
+  };
+  auto on_write = [&st, &submit_reads, count, depth, tracer, write_track](size_t unit) {
+    return [&st, &submit_reads, unit, count, depth, tracer, write_track,
+            t0 = Clock::now()](const Status& s) {
+      if (tracer) tracer->Complete(write_track, fmt::format("write unit {}", unit), t0, Clock::now(), "io");
+      std::lock_guard lock(st.mu);
+      if (!s.ok() && st.error.ok()) st.error = s;
+      st.writes_in_flight--;
+      if (--st.writes_left[unit] == 0 && unit + depth < count && st.error.ok()) {
+        submit_reads(unit + depth);  // the slab is free: start its next unit at once
+      }
+      st.cv.notify_all();
+    };
+  };
+  submit_reads = [&](size_t unit) {
+    const OptimizerUnit& u = units[unit];
+    Layout l = LayoutFor(u.n);
+    uint8_t* slab = slabs_[unit % depth].data;
+    const std::pair<const Extent*, uint64_t> parts[3] = {
+        {&u.master, l.master}, {&u.exp_avg, l.exp_avg}, {&u.exp_avg_sq, l.exp_avg_sq}};
+    for (auto [ext, off] : parts) {
+      st.reads_left[unit]++;
+      st.reads_in_flight++;
+      Status s = engine.Submit({io::OpKind::kRead, file, ext->offset, slab + off, l.state_bytes},
+                               on_read(unit));
+      if (!s.ok()) {
+        st.reads_left[unit]--;
+        st.reads_in_flight--;
+        if (st.error.ok()) st.error = s;
+        return;
+      }
+      stats.bytes_read += l.state_bytes;
+    }
+  };
+
+  const auto t0 = Clock::now();
+  {
+    std::lock_guard lock(st.mu);
+    for (size_t i = 0; i < count && i < depth; ++i) submit_reads(i);
+  }
+  Status failure;
+  for (size_t i = 0; i < count; ++i) {
+    const OptimizerUnit& u = units[i];
+    Layout l = LayoutFor(u.n);
+    uint8_t* slab = slabs_[i % depth].data;
+    {
+      auto w0 = Clock::now();
+      std::unique_lock lock(st.mu);
+      // Unit i's reads were submitted when its slab's previous unit finished writing.
+      st.cv.wait(lock, [&] {
+        return !st.error.ok() ||
+               (st.reads_left[i] == 0 && (i < depth || st.writes_left[i - depth] == 0));
+      });
+      stats.read_wait_seconds += std::chrono::duration<double>(Clock::now() - w0).count();
+      if (!st.error.ok()) break;
+    }
+    kernels::AdamBuffers b;
+    b.param = reinterpret_cast<float*>(slab + l.master);
+    b.grad = u.grad;
+    b.grad_type = u.grad_type;
+    b.exp_avg = slab + l.exp_avg;
+    b.exp_avg_sq = slab + l.exp_avg_sq;
+    b.state_type = kernels::DType::kF32;
+    b.param16_out = u.param16.bytes ? slab + l.param16 : nullptr;
+    b.param16_type = options_.param16_type;
+    b.n = u.n;
+    kernels::AdamOptions ao = options_.adam;
+    ao.check_finite = false;
+    auto a0 = Clock::now();
+    auto info = kernels::AdamStep(hyper, b, ao);
+    auto a1 = Clock::now();
+    stats.adam_seconds += std::chrono::duration<double>(a1 - a0).count();
+    if (tracer) tracer->Complete(adam_track, fmt::format("adam unit {}", i), a0, a1, "compute");
+    if (!info.ok()) {
+      failure = info.status().WithContext(fmt::format("optimizer unit {}", i));
+      break;
+    }
+    std::lock_guard lock(st.mu);
+    const std::pair<const Extent*, uint64_t> parts[4] = {{&u.master, l.master},
+                                                         {&u.exp_avg, l.exp_avg},
+                                                         {&u.exp_avg_sq, l.exp_avg_sq},
+                                                         {&u.param16, l.param16}};
+    for (auto [ext, off] : parts) {
+      if (ext->bytes == 0) continue;
+      uint64_t len = ext == &u.param16 ? l.param16_bytes : l.state_bytes;
+      st.writes_left[i]++;
+      st.writes_in_flight++;
+      Status s = engine.Submit({io::OpKind::kWrite, file, ext->offset, slab + off, len},
+                               on_write(i));
+      if (!s.ok()) {
+        st.writes_left[i]--;
+        st.writes_in_flight--;
+        if (st.error.ok()) st.error = s;
+        break;
+      }
+      stats.bytes_written += len;
+    }
+  }
+  {
+    // Nothing may still point into the slabs or at `st` when we return.
+    std::unique_lock lock(st.mu);
+    st.cv.wait(lock, [&] { return st.reads_in_flight == 0 && st.writes_in_flight == 0; });
+    if (failure.ok()) failure = st.error;
+  }
+  stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!failure.ok()) return failure;
+  return stats;
+}
+
+}  // namespace zinf::offload

@@ -1,0 +1,96 @@
+// offload/optimizer_pipeline.h — the optimizer step over state homed on NVMe, pipelined.
+//
+// Contract: Step() runs Adam/AdamW over units whose fp32 master weights, exp_avg and exp_avg_sq
+// live in a SwapSpace, with `depth` pinned slabs in rotation: while the CPU Adam updates unit
+// i in its slab, the reads of units i+1 .. i+depth-1 are in flight and the write-back of the
+// units before is draining. The moment the last write of a slab completes, the reads of the
+// unit that slab serves next are submitted (from the engine's reaper thread), so the disk never
+// waits for the CPU. Each unit's new 16-bit parameters (bf16 or fp16, written by the same Adam
+// pass) go to their own extent. Every read and write is checked; on any I/O error Step waits for
+// what is in flight and returns the first error — units written before it hold new state,
+// units after it old state (the caller restores from a checkpoint; a later generation scheme
+// makes this atomic).
+//
+// Gradients come from host memory (accumulated there during backward). Non-finite gradients
+// must be detected before Step (AccumulateGrad reports them for free); Step does not skip.
+//
+// Thread-safety: one Step at a time per pipeline. The pipeline starts the engine's reaper.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/cpu/adam.h"
+#include "offload/pinned_pool.h"
+#include "offload/swap_space.h"
+#include "src/base/trace.h"
+#include "zinf/status.h"
+
+namespace zinf::offload {
+
+struct OptimizerUnit {
+  uint64_t n = 0;                        // elements
+  Extent master, exp_avg, exp_avg_sq;    // fp32, 4n bytes each, in the swap space
+  Extent param16;                        // 2n bytes; bytes == 0: no 16-bit copy written home
+  const void* grad = nullptr;            // (n) host memory, grad_type
+  kernels::DType grad_type = kernels::DType::kF32;
+};
+
+struct OptimizerPipelineOptions {
+  // Pinned slabs in rotation: 1 = serial (read, update, write, next), 3 = one unit read ahead
+  // and one written behind (the config's zinf.pipeline_depth + 1).
+  unsigned depth = 3;
+  kernels::AdamOptions adam;
+  kernels::DType param16_type = kernels::DType::kBf16;
+  Tracer* tracer = nullptr;  // spans on tracks "nvme read", "nvme write", "adam" when set
+};
+
+struct OptimizerStepStats {
+  unsigned units = 0;
+  double seconds = 0;
+  double adam_seconds = 0;       // CPU busy in Adam
+  double read_wait_seconds = 0;  // CPU idle waiting for a unit's reads (the stall)
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+};
+
+class OptimizerPipeline {
+ public:
+  // Takes `depth` slabs sized for max_unit_elems from the pool; refuses with the numbers when
+  // they do not fit in the pool's budget.
+  static Result<std::unique_ptr<OptimizerPipeline>> Create(SwapSpace& swap, PinnedPool& pool,
+                                                           uint64_t max_unit_elems,
+                                                           const OptimizerPipelineOptions& o);
+  ~OptimizerPipeline();
+
+  Result<OptimizerStepStats> Step(std::span<const OptimizerUnit> units,
+                                  const kernels::AdamHyper& hyper);
+
+  uint64_t slab_bytes() const { return slab_bytes_; }
+  unsigned depth() const { return options_.depth; }
+  // The slabs, for callers that measure bounds with the same memory (bench-swap).
+  const std::vector<PinnedBlock>& slabs() const { return slabs_; }
+
+  // Byte layout of one unit inside a slab (each part padded to the O_DIRECT alignment).
+  struct Layout {
+    uint64_t master = 0, exp_avg = 0, exp_avg_sq = 0, param16 = 0;  // offsets
+    uint64_t state_bytes = 0;    // padded bytes of each fp32 role
+    uint64_t param16_bytes = 0;  // padded bytes of the 16-bit copy
+    uint64_t total = 0;
+  };
+  Layout LayoutFor(uint64_t n) const;
+
+ private:
+  OptimizerPipeline(SwapSpace& swap, PinnedPool& pool, const OptimizerPipelineOptions& o)
+      : swap_(swap), pool_(pool), options_(o) {}
+  SwapSpace& swap_;
+  PinnedPool& pool_;
+  OptimizerPipelineOptions options_;
+  uint64_t slab_bytes_ = 0;
+  uint64_t max_elems_ = 0;
+  std::vector<PinnedBlock> slabs_;
+};
+
+}  // namespace zinf::offload

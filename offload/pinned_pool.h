@@ -1,0 +1,68 @@
+// offload/pinned_pool.h — the one arena of page-locked host memory, under a hard byte budget.
+//
+// Contract: Create() maps `budget_bytes` once, page-aligned, and locks it in RAM (mlock) so the
+// kernel's DMA (O_DIRECT, io_uring fixed buffers, later cudaHostRegister) never waits on a page
+// fault. Before mapping it checks RLIMIT_MEMLOCK (unless the process may lock without limit)
+// and MemAvailable, and refuses with a message that says what to change. Allocate() hands out
+// blocks aligned to `alignment` from the arena (first fit, freed blocks coalesce); it never
+// grows the arena: when no block fits it returns ResourceExhausted with the numbers, and the
+// caller evicts or waits. bytes_in_use() never exceeds budget_bytes().
+//
+// Thread-safety: Allocate/Free/stats may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "io/engine.h"
+#include "zinf/status.h"
+
+namespace zinf::offload {
+
+struct PinnedPoolOptions {
+  uint64_t budget_bytes = 0;
+  uint32_t alignment = 4096;  // every block's address and size are multiples of this
+  bool lock_memory = true;    // mlock the arena (the point of "pinned")
+};
+
+struct PinnedBlock {
+  uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  explicit operator bool() const { return data != nullptr; }
+};
+
+class PinnedPool {
+ public:
+  static Result<std::unique_ptr<PinnedPool>> Create(const PinnedPoolOptions& options);
+  ~PinnedPool();
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+
+  // Registers the whole arena with the engine once (io_uring fixed buffers).
+  Status RegisterWith(io::Engine& engine);
+
+  Result<PinnedBlock> Allocate(uint64_t bytes);
+  void Free(PinnedBlock block);
+
+  uint64_t budget_bytes() const { return budget_; }
+  uint64_t bytes_in_use() const;
+  uint64_t peak_bytes() const;
+  uint64_t largest_free_block() const;
+  uint8_t* base() const { return base_; }
+
+ private:
+  PinnedPool() = default;
+  uint8_t* base_ = nullptr;
+  uint64_t budget_ = 0;
+  uint32_t alignment_ = 4096;
+  bool locked_ = false;
+  mutable std::mutex mu_;
+  std::map<uint64_t, uint64_t> free_;  // offset -> bytes, coalesced
+  std::map<uint64_t, uint64_t> used_;  // offset -> bytes
+  uint64_t in_use_ = 0;
+  uint64_t peak_ = 0;
+};
+
+}  // namespace zinf::offload

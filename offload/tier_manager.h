@@ -1,0 +1,189 @@
+// offload/tier_manager.h — where every shard lives, and bringing it up just in time.
+//
+// A shard (one unit's tensors of one role, flattened) has a home — NVMe (an extent in the swap
+// space) or pinned host memory — and copies above it while in use: a host copy (a block of the
+// pinned pool, the staging for NVMe and for the device link) and a device copy (device memory).
+//
+// Contract:
+// - Register() refuses, with the numbers, a shard larger than the device budget or the pinned
+//   budget: such a configuration could never run, so it is refused at start, not mid-run.
+// - Acquire(shard, tier) returns a Lease at once; Lease::Wait() blocks until the data is in that
+//   tier (NVMe -> host by the I/O engine, host -> device by a copy on the device's h2d stream) and
+//   returns its address. A leased copy is pinned: never evicted until Release. Release(dirty)
+//   marks the copy modified: it is written home (device -> host -> NVMe) before its memory is
+//   reused, and a copy is marked clean only after its write completed successfully — a failed
+//   write leaves it resident and dirty and the error reaches the caller that needed the memory.
+// - Budgets are hard: host copies come from the PinnedPool, device copies from Device::Allocate;
+//   neither is ever exceeded. When memory is short an unpinned copy is evicted: the one whose
+//   next use is farthest (Belady's rule over the recorded trace), or the least recently used
+//   while no trace is known. When everything left is leased, Acquire fails with
+//   ResourceExhausted naming the numbers instead of waiting forever.
+// - Prefetch: the first step (up to EndStep) records the order of acquires. In later steps each
+//   acquire that matches the trace issues the fetches that follow it, as far ahead as memory
+//   allows without evicting anything needed sooner (and within max_inflight_bytes per link).
+//   An acquire that departs from the trace drops back to on-demand fetches and records anew.
+//
+// Thread-safety: all methods may be called from any thread. Completions arrive on the I/O
+// engine's reaper thread and the device's stream threads; internal state is under one mutex,
+// never held while blocking on the device.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "offload/pinned_pool.h"
+#include "offload/swap_space.h"
+#include "src/base/device.h"
+#include "src/base/trace.h"
+#include "zinf/status.h"
+
+namespace zinf::offload {
+
+enum class Tier : uint8_t { kDevice = 0, kHost = 1, kNvme = 2 };
+std::string_view TierName(Tier t);
+enum class Role : uint8_t { kParam16, kMaster, kExpAvg, kExpAvgSq, kGrad };
+std::string_view RoleName(Role r);
+
+using ShardId = uint32_t;
+
+struct ShardSpec {
+  std::string name;  // for messages and traces, e.g. "block3.param16"
+  uint32_t unit = 0;
+  Role role = Role::kParam16;
+  uint64_t bytes = 0;
+  Tier home = Tier::kNvme;  // kNvme or kHost
+  // kNvme: an extent of the swap space that already holds the shard (the optimizer pipeline
+  // writes param16 there); unset: one is allocated at registration.
+  std::optional<Extent> home_extent;
+};
+
+struct TierManagerOptions {
+  bool prefetch = true;
+  uint64_t max_inflight_bytes = 0;  // per link (NVMe read, h2d); 0 = bounded by budgets only
+  Tracer* tracer = nullptr;  // spans on "nvme read", "nvme write", "h2d", "d2h", "stall"
+};
+
+struct TierStats {
+  uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0, h2d_bytes = 0, d2h_bytes = 0;
+  double nvme_read_busy_seconds = 0, nvme_write_busy_seconds = 0;
+  double stall_seconds = 0;  // time callers spent in Lease::Wait
+  uint64_t prefetch_hits = 0, prefetch_misses = 0;
+  uint64_t evictions = 0, writebacks = 0;
+  uint64_t peak_host_bytes = 0, peak_device_bytes = 0;
+};
+
+class TierManager;
+
+// One use of a shard in a tier. Move-only; release it with TierManager::Release.
+class Lease {
+ public:
+  Lease() = default;
+  Lease(Lease&& o) noexcept { *this = std::move(o); }
+  Lease& operator=(Lease&& o) noexcept {
+    std::swap(owner_, o.owner_);
+    shard_ = o.shard_;
+    tier_ = o.tier_;
+    return *this;
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+
+  // Blocks until the copy is in place; returns its address (host or device memory).
+  Result<void*> Wait();
+  ShardId shard() const { return shard_; }
+  Tier tier() const { return tier_; }
+  bool valid() const { return owner_ != nullptr; }
+
+ private:
+  friend class TierManager;
+  Lease(TierManager* owner, ShardId shard, Tier tier) : owner_(owner), shard_(shard), tier_(tier) {}
+  TierManager* owner_ = nullptr;
+  ShardId shard_ = 0;
+  Tier tier_ = Tier::kHost;
+};
+
+class TierManager {
+ public:
+  // `swap` may be null when no shard is homed on NVMe. The pool's arena is registered with the
+  // device (pinned for DMA) and with the swap space's engine by Create.
+  static Result<std::unique_ptr<TierManager>> Create(Device& device, PinnedPool& pool,
+                                                     SwapSpace* swap,
+                                                     const TierManagerOptions& options);
+  ~TierManager();  // waits for transfers in flight; dirty copies are NOT flushed (call Flush)
+
+  Result<ShardId> Register(const ShardSpec& spec);
+  const ShardSpec& spec(ShardId id) const;
+
+  // Sets the shard's home content (initialisation) and drops every copy of it.
+  Status WriteHome(ShardId id, const void* src);
+  // Reads the shard's home content (after Flush), for checks and checkpoints.
+  Status ReadHome(ShardId id, void* dst);
+
+  Result<Lease> Acquire(ShardId id, Tier tier);
+  Status Release(Lease lease, bool dirty);
+
+  // The home was rewritten behind the manager's back (the optimizer wrote new param16 there):
+  // drops every copy. FailedPrecondition when a copy is leased or dirty (it would be lost).
+  Status Invalidate(ShardId id);
+
+  // Writes every dirty copy home and waits; the first error.
+  Status Flush();
+  // Marks the end of a step: the first call ends the recording of the trace.
+  void EndStep();
+
+  TierStats stats() const;
+  bool has_trace() const;
+
+ private:
+  friend class Lease;
+  struct Copy;
+  struct Shard;
+  TierManager(Device& d, PinnedPool& p, SwapSpace* s, const TierManagerOptions& o);
+
+  Result<void*> WaitFor(ShardId id, Tier tier);
+  // All REQUIRE mu_ held (the lock is passed where the call may wait).
+  Status StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier, bool prefetch,
+                   size_t need_pos);
+  Status Reserve(std::unique_lock<std::mutex>& lock, Tier tier, uint64_t bytes, bool prefetch,
+                 size_t need_pos, void** out, PinnedBlock* block);
+  Status Evict(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier);
+  Status WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier);
+  void FreeCopy(ShardId id, Tier tier);
+  size_t NextUse(ShardId id, Tier tier, size_t after) const;
+  void Prefetch(std::unique_lock<std::mutex>& lock, size_t pos);
+  void StartHostToDevice(ShardId id);
+  void LinkBusy(int link, int delta);
+  void Span(const char* track, const std::string& what, std::chrono::steady_clock::time_point t0);
+
+  Device& device_;
+  PinnedPool& pool_;
+  SwapSpace* swap_;
+  TierManagerOptions options_;
+  Stream* h2d_ = nullptr;
+  Stream* d2h_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // a copy changed state
+  std::vector<std::unique_ptr<Shard>> shards_;
+  uint64_t tick_ = 0;
+  // The trace: recorded in the first step, replayed after.
+  std::vector<std::pair<ShardId, Tier>> trace_;
+  bool recording_ = true;
+  bool trace_valid_ = false;
+  size_t pos_ = 0;  // replay position: index of the next expected acquire
+  std::unordered_map<uint64_t, std::vector<size_t>> uses_;  // (shard, tier) -> positions
+  uint64_t inflight_bytes_[2] = {0, 0};  // [0] NVMe reads, [1] h2d
+  int link_active_[2] = {0, 0};          // [0] NVMe read, [1] NVMe write
+  std::chrono::steady_clock::time_point link_since_[2];
+  TierStats stats_;
+  Status sticky_;  // an asynchronous failure nobody waited on yet
+};
+
+}  // namespace zinf::offload

@@ -1,0 +1,274 @@
+// offload::TierManager over the host-emulated device: budgets never exceeded, data always
+// what was last written, dirty copies written home before reuse, no deadlock on tight budgets,
+// zero misses on a repeated trace, and failed write-backs that leave the copy dirty.
+#include "offload/tier_manager.h"
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "io/fault_backend.h"
+#include "tests/test_util.h"
+
+namespace zinf::offload {
+namespace {
+
+using zinf::testing::FillRandom;
+using zinf::testing::TempDir;
+
+struct Rig {
+  TempDir dir;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<io::Engine> engine;
+  io::FaultInjectingBackend* faults = nullptr;
+  std::unique_ptr<SwapSpace> swap;
+  std::unique_ptr<PinnedPool> pool;
+  std::unique_ptr<TierManager> tm;
+
+  Status Make(uint64_t device_budget, uint64_t pinned_budget, bool prefetch = true) {
+    ZINF_ASSIGN_OR_RETURN(device, MakeHostDevice({.kind = DeviceKind::kHost,
+                                                  .budget_bytes = device_budget}));
+    ZINF_ASSIGN_OR_RETURN(auto raw, io::MakeUringBackend({8, 0}));
+    auto fb = std::make_unique<io::FaultInjectingBackend>(std::move(raw), nullptr);
+    faults = fb.get();
+    engine = io::Engine::WithBackend(std::move(fb), {.block_size = 256 << 10, .queue_depth = 8});
+    ZINF_ASSIGN_OR_RETURN(swap, SwapSpace::Create(*engine, {.dirs = {dir.path()},
+                                                            .size = 64 << 20}));
+    ZINF_ASSIGN_OR_RETURN(pool, PinnedPool::Create({.budget_bytes = pinned_budget}));
+    ZINF_ASSIGN_OR_RETURN(tm, TierManager::Create(*device, *pool, swap.get(),
+                                                  {.prefetch = prefetch}));
+    return Status::Ok();
+  }
+};
+
+// Reads the bytes of a leased copy (the host device's memory is host memory).
+std::vector<uint8_t> Bytes(void* p, uint64_t n) {
+  auto* b = static_cast<uint8_t*>(p);
+  return std::vector<uint8_t>(b, b + n);
+}
+
+TEST(TierManagerTest, RandomTracesKeepBudgetsAndData) {
+  for (uint64_t seed = 1; seed <= 16; ++seed) {
+    std::mt19937_64 rng(seed);
+    Rig rig;
+    const uint64_t dev_budget = (256 + rng() % 512) << 10;
+    const uint64_t pin_budget = (512 + rng() % 1024) << 10;
+    ASSERT_TRUE(rig.Make(dev_budget, pin_budget).ok());
+    const int nshards = 12;
+    std::vector<ShardId> ids;
+    std::vector<std::vector<uint8_t>> model;
+    uint64_t host_homes = 0;
+    for (int i = 0; i < nshards; ++i) {
+      uint64_t bytes = 1000 + rng() % (std::min(dev_budget, pin_budget) / 3);
+      // Some shards live in pinned memory, leaving room to stage the others.
+      Tier home = rng() % 5 == 0 && host_homes + bytes < pin_budget / 4 ? Tier::kHost : Tier::kNvme;
+      if (home == Tier::kHost) host_homes += bytes + 4096;
+      auto id = rig.tm->Register({.name = fmt::format("s{}", i), .unit = static_cast<uint32_t>(i),
+                                  .bytes = bytes, .home = home});
+      if (!id.ok()) continue;  // a host-homed shard may not fit the pinned budget: refused
+      std::vector<uint8_t> content(bytes);
+      FillRandom(content.data(), bytes, seed * 100 + i);
+      ASSERT_TRUE(rig.tm->WriteHome(*id, content.data()).ok());
+      ids.push_back(*id);
+      model.push_back(std::move(content));
+    }
+    ASSERT_GE(ids.size(), 6u);
+    // A fixed random trace, replayed for three steps (so prefetch and Belady run too).
+    std::vector<std::pair<size_t, Tier>> trace;
+    for (int k = 0; k < 60; ++k) {
+      trace.push_back({rng() % ids.size(), rng() % 2 ? Tier::kDevice : Tier::kHost});
+    }
+    for (int step = 0; step < 3; ++step) {
+      for (size_t pos = 0; pos < trace.size(); ++pos) {
+        auto [k, tier] = trace[pos];
+        auto lease = rig.tm->Acquire(ids[k], tier);
+        ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+        auto p = lease->Wait();
+        ASSERT_TRUE(p.ok()) << p.status().ToString();
+        ASSERT_TRUE(Bytes(*p, model[k].size()) == model[k]) << "seed " << seed << " shard " << k << " step " << step << " tier " << (tier == Tier::kHost ? "host" : "device") << " pos " << pos;
+        bool write = rng() % 3 == 0;
+        if (write) {
+          FillRandom(*p, model[k].size(), rng());
+          model[k] = Bytes(*p, model[k].size());
+        }
+        ASSERT_TRUE(rig.tm->Release(std::move(*lease), write).ok());
+        ASSERT_LE(rig.device->bytes_in_use(), dev_budget);
+        ASSERT_LE(rig.pool->bytes_in_use(), pin_budget);
+      }
+      rig.tm->EndStep();
+    }
+    ASSERT_TRUE(rig.tm->Flush().ok());
+    for (size_t k = 0; k < ids.size(); ++k) {
+      std::vector<uint8_t> home(model[k].size());
+      ASSERT_TRUE(rig.tm->ReadHome(ids[k], home.data()).ok());
+      EXPECT_EQ(home, model[k]) << "seed " << seed << " shard " << k;
+    }
+    TierStats st = rig.tm->stats();
+    EXPECT_LE(st.peak_device_bytes, dev_budget);
+    EXPECT_LE(st.peak_host_bytes, pin_budget);
+    EXPECT_GT(st.evictions, 0u) << "budgets too loose for the test to mean anything";
+  }
+}
+
+TEST(TierManagerTest, RepeatedTraceWithEnoughBudgetHasNoMissesInStepTwo) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(8 << 20, 16 << 20).ok());
+  std::vector<ShardId> ids;
+  for (int i = 0; i < 8; ++i) {
+    auto id = rig.tm->Register({.name = fmt::format("p{}", i), .bytes = 256 << 10});
+    ASSERT_TRUE(id.ok());
+    std::vector<uint8_t> c(256 << 10, static_cast<uint8_t>(i));
+    ASSERT_TRUE(rig.tm->WriteHome(*id, c.data()).ok());
+    ids.push_back(*id);
+  }
+  auto run_step = [&] {
+    for (int pass = 0; pass < 2; ++pass) {  // forward, then backward in reverse
+      for (int i = 0; i < 8; ++i) {
+        ShardId id = ids[pass == 0 ? i : 7 - i];
+        auto lease = rig.tm->Acquire(id, Tier::kDevice);
+        ASSERT_TRUE(lease.ok());
+        ASSERT_TRUE(lease->Wait().ok());
+        ASSERT_TRUE(rig.tm->Release(std::move(*lease), false).ok());
+      }
+    }
+    rig.tm->EndStep();
+  };
+  run_step();
+  TierStats first = rig.tm->stats();
+  EXPECT_EQ(first.prefetch_misses, 8u);
+  run_step();
+  TierStats second = rig.tm->stats();
+  EXPECT_EQ(second.prefetch_misses - first.prefetch_misses, 0u);
+  EXPECT_EQ(second.prefetch_hits - first.prefetch_hits, 16u);
+}
+
+TEST(TierManagerTest, PrefetchHidesFetchesUnderATightBudget) {
+  Rig rig;
+  // Room for 3 of 10 shards on the device and 4 in pinned memory: each step must stream.
+  ASSERT_TRUE(rig.Make(3 * (256 << 10), 4 * (256 << 10)).ok());
+  std::vector<ShardId> ids;
+  for (int i = 0; i < 10; ++i) {
+    auto id = rig.tm->Register({.name = fmt::format("p{}", i), .bytes = 256 << 10});
+    ASSERT_TRUE(id.ok());
+    std::vector<uint8_t> c(256 << 10, static_cast<uint8_t>(i));
+    ASSERT_TRUE(rig.tm->WriteHome(*id, c.data()).ok());
+    ids.push_back(*id);
+  }
+  auto run_step = [&] {
+    for (int i = 0; i < 10; ++i) {
+      auto lease = rig.tm->Acquire(ids[i], Tier::kDevice);
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      auto p = lease->Wait();
+      ASSERT_TRUE(p.ok());
+      EXPECT_EQ(static_cast<uint8_t*>(*p)[1000], static_cast<uint8_t>(i));
+      ASSERT_TRUE(rig.tm->Release(std::move(*lease), false).ok());
+    }
+    rig.tm->EndStep();
+  };
+  run_step();
+  TierStats first = rig.tm->stats();
+  run_step();
+  run_step();
+  TierStats third = rig.tm->stats();
+  // With the trace known, most acquires find their shard already fetched or on its way.
+  EXPECT_LT(third.prefetch_misses - first.prefetch_misses, 10u);
+  EXPECT_GT(third.prefetch_hits - first.prefetch_hits, 10u);
+  EXPECT_LE(third.peak_device_bytes, 3u * (256 << 10));
+}
+
+TEST(TierManagerTest, FailedWriteBackLeavesTheCopyDirtyAndReportsIt) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(4 << 20, 2 * (256 << 10), /*prefetch=*/false).ok());
+  std::vector<ShardId> ids;
+  std::vector<uint8_t> old_bytes(256 << 10, 0x11), new_bytes(256 << 10, 0x22);
+  for (int i = 0; i < 3; ++i) {
+    auto id = rig.tm->Register({.name = fmt::format("g{}", i), .bytes = 256 << 10});
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(rig.tm->WriteHome(*id, old_bytes.data()).ok());
+    ids.push_back(*id);
+  }
+  // Make shard 0 dirty in pinned memory.
+  auto l0 = rig.tm->Acquire(ids[0], Tier::kHost);
+  ASSERT_TRUE(l0.ok());
+  auto p0 = l0->Wait();
+  ASSERT_TRUE(p0.ok());
+  std::memcpy(*p0, new_bytes.data(), new_bytes.size());
+  ASSERT_TRUE(rig.tm->Release(std::move(*l0), true).ok());
+  // Every write fails from now on.
+  rig.faults->set_rule([](const io::Piece& p) -> io::Fault {
+    return p.op == io::OpKind::kWrite ? io::Fault{io::Fault::kErrno, EIO, 0} : io::Fault{};
+  });
+  // Shards 1 and 2 need the room shard 0 holds: its write-back fails and that error surfaces.
+  auto l1 = rig.tm->Acquire(ids[1], Tier::kHost);
+  ASSERT_TRUE(l1.ok());
+  ASSERT_TRUE(l1->Wait().ok());
+  auto l2 = rig.tm->Acquire(ids[2], Tier::kHost);
+  ASSERT_FALSE(l2.ok());
+  EXPECT_EQ(l2.status().errno_value(), EIO);
+  EXPECT_NE(l2.status().message().find("g0"), std::string::npos) << l2.status().message();
+  ASSERT_TRUE(rig.tm->Release(std::move(*l1), false).ok());
+  // Home still holds the old bytes: nothing was marked clean that was not written.
+  std::vector<uint8_t> home(256 << 10);
+  ASSERT_TRUE(rig.tm->ReadHome(ids[0], home.data()).ok());
+  EXPECT_EQ(home, old_bytes);
+  EXPECT_FALSE(rig.tm->Flush().ok());
+  // Once writes work again the dirty copy, still resident, reaches home.
+  rig.faults->set_rule(nullptr);
+  ASSERT_TRUE(rig.tm->Flush().ok());
+  ASSERT_TRUE(rig.tm->ReadHome(ids[0], home.data()).ok());
+  EXPECT_EQ(home, new_bytes);
+}
+
+TEST(TierManagerTest, AcquiringMoreThanFitsWhileHoldingLeasesFailsInsteadOfHanging) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(2 * (256 << 10), 8 << 20).ok());
+  std::vector<ShardId> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto id = rig.tm->Register({.name = fmt::format("w{}", i), .bytes = 256 << 10});
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+  }
+  auto a = rig.tm->Acquire(ids[0], Tier::kDevice);
+  auto b = rig.tm->Acquire(ids[1], Tier::kDevice);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = rig.tm->Acquire(ids[2], Tier::kDevice);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(c.status().message().find("leased"), std::string::npos) << c.status().message();
+  ASSERT_TRUE(a->Wait().ok());
+  ASSERT_TRUE(rig.tm->Release(std::move(*a), false).ok());
+  ASSERT_TRUE(rig.tm->Release(std::move(*b), false).ok());
+  auto d = rig.tm->Acquire(ids[2], Tier::kDevice);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_TRUE(d->Wait().ok());
+  ASSERT_TRUE(rig.tm->Release(std::move(*d), false).ok());
+}
+
+TEST(TierManagerTest, RegistrationRefusesShardsThatCouldNeverFit) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(1 << 20, 4 << 20).ok());
+  auto big = rig.tm->Register({.name = "huge", .bytes = 2 << 20});
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(big.status().message().find("device budget of 1048576"), std::string::npos)
+      << big.status().message();
+  auto auto_dev = MakeHostDevice({.kind = DeviceKind::kHost, .budget_bytes = 64 << 20});
+  ASSERT_TRUE(auto_dev.ok());
+  auto pool = PinnedPool::Create({.budget_bytes = 1 << 20});
+  ASSERT_TRUE(pool.ok());
+  auto tm = TierManager::Create(**auto_dev, **pool, nullptr, {});
+  ASSERT_TRUE(tm.ok()) << tm.status().ToString();
+  auto no_swap = (*tm)->Register({.name = "x", .bytes = 4096, .home = Tier::kNvme});
+  ASSERT_FALSE(no_swap.ok());
+  EXPECT_NE(no_swap.status().message().find("nvme_path"), std::string::npos);
+  auto pinned_big = (*tm)->Register({.name = "y", .bytes = 2 << 20, .home = Tier::kHost});
+  ASSERT_FALSE(pinned_big.ok());
+  EXPECT_NE(pinned_big.status().message().find("pinned budget"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zinf::offload
