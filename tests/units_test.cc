@@ -31,6 +31,12 @@ TEST(UnitsTest, Lists) {
   EXPECT_FALSE(ParseUintList("1,x").ok());
 }
 
+TEST(UnitsTest, SplitCommas) {
+  EXPECT_EQ(SplitCommas("uring,aio"), (std::vector<std::string>{"uring", "aio"}));
+  EXPECT_EQ(SplitCommas("a,,b"), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(SplitCommas(""), (std::vector<std::string>{""}));
+}
+
 TEST(UnitsTest, Seconds) {
   EXPECT_DOUBLE_EQ(*ParseSeconds("2.5"), 2.5);
   EXPECT_DOUBLE_EQ(*ParseSeconds("500ms"), 0.5);

@@ -35,28 +35,16 @@ int RunBenchIo(const BenchIoArgs& a) {
     return code;
   };
   std::vector<io::EngineKind> engines;
-  for (auto name : {a.engine}) {
-    size_t start = 0;
-    while (true) {
-      size_t comma = name.find(',', start);
-      auto k = io::ParseEngineKind(name.substr(start, comma - start));
-      if (!k.ok()) return fail(k.status().WithContext("--engine"), 2);
-      engines.push_back(*k);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+  for (const auto& name : SplitCommas(a.engine)) {
+    auto k = io::ParseEngineKind(name);
+    if (!k.ok()) return fail(k.status().WithContext("--engine"), 2);
+    engines.push_back(*k);
   }
   std::vector<IoPattern> ops;
-  {
-    size_t start = 0;
-    while (true) {
-      size_t comma = a.ops.find(',', start);
-      auto p = ParseIoPattern(a.ops.substr(start, comma - start));
-      if (!p.ok()) return fail(p.status(), 2);
-      ops.push_back(*p);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+  for (const auto& name : SplitCommas(a.ops)) {
+    auto p = ParseIoPattern(name);
+    if (!p.ok()) return fail(p.status(), 2);
+    ops.push_back(*p);
   }
   auto blocks = ParseBytesList(a.blocks);
   if (!blocks.ok()) return fail(blocks.status().WithContext("--block"), 2);

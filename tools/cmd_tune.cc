@@ -46,16 +46,10 @@ int RunTune(const TuneArgs& a) {
     return code;
   };
   std::vector<io::EngineKind> engines;
-  {
-    size_t start = 0;
-    while (true) {
-      size_t comma = a.engines.find(',', start);
-      auto k = io::ParseEngineKind(a.engines.substr(start, comma - start));
-      if (!k.ok()) return fail(k.status().WithContext("--engines"), 2);
-      engines.push_back(*k);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+  for (const auto& name : SplitCommas(a.engines)) {
+    auto k = io::ParseEngineKind(name);
+    if (!k.ok()) return fail(k.status().WithContext("--engines"), 2);
+    engines.push_back(*k);
   }
   auto blocks = ParseBytesList(a.blocks);
   if (!blocks.ok()) return fail(blocks.status().WithContext("--blocks"), 2);

@@ -63,6 +63,17 @@ Result<uint64_t> ParseBytes(std::string_view text) {
   return value << shift;
 }
 
+std::vector<std::string> SplitCommas(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    out.emplace_back(text.substr(start, comma == std::string_view::npos ? comma : comma - start));
+    if (comma == std::string_view::npos) return out;
+    start = comma + 1;
+  }
+}
+
 Result<std::vector<uint64_t>> ParseBytesList(std::string_view text) {
   return ParseCommaList(text, ParseBytes);
 }

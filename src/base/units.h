@@ -18,6 +18,8 @@
 namespace zinf {
 
 Result<uint64_t> ParseBytes(std::string_view text);
+// "a,b,,c" -> {"a", "b", "", "c"}; an empty text gives one empty item.
+std::vector<std::string> SplitCommas(std::string_view text);
 Result<std::vector<uint64_t>> ParseBytesList(std::string_view text);
 Result<std::vector<uint64_t>> ParseUintList(std::string_view text);
 // Duration in seconds: "10", "2.5", "500ms", "3s", "1m".
