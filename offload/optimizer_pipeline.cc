@@ -80,7 +80,20 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       return InvalidArgument(fmt::format("optimizer unit {}: {} elements, expected 1..{}", i,
                                          u.n, max_elems_));
     }
-    if (u.grad == nullptr) return InvalidArgument(fmt::format("optimizer unit {}: no gradient", i));
+    if ((u.grad == nullptr) == !u.grad_shard) {
+      return InvalidArgument(fmt::format(
+          "optimizer unit {}: give exactly one of a gradient pointer and a gradient shard", i));
+    }
+    if (u.grad_shard) {
+      if (options_.grads == nullptr) {
+        return InvalidArgument(fmt::format(
+            "optimizer unit {}: a gradient shard needs OptimizerPipelineOptions::grads", i));
+      }
+      if (u.grad_type != kernels::DType::kF32 || options_.grads->spec(*u.grad_shard).bytes != 4 * u.n) {
+        return InvalidArgument(fmt::format(
+            "optimizer unit {}: its gradient shard must hold {} fp32 values", i, u.n));
+      }
+    }
     if (u.master.bytes != 4 * u.n || u.exp_avg.bytes != 4 * u.n || u.exp_avg_sq.bytes != 4 * u.n ||
         (u.param16.bytes != 0 && u.param16.bytes != 2 * u.n)) {
       return InvalidArgument(fmt::format(
@@ -153,8 +166,25 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     for (size_t i = 0; i < count && i < depth; ++i) submit_reads(i);
   }
   Status failure;
+  // Gradient shards come up one unit ahead, from the computing thread (an Acquire may wait for
+  // memory, which must never happen on the engine's reaper thread).
+  std::vector<std::optional<Lease>> grad_leases(count);
+  auto acquire_grad = [&](size_t j) -> Status {
+    if (j >= count || !units[j].grad_shard || grad_leases[j]) return Status::Ok();
+    ZINF_ASSIGN_OR_RETURN(Lease l, options_.grads->Acquire(*units[j].grad_shard, Tier::kHost));
+    grad_leases[j].emplace(std::move(l));
+    return Status::Ok();
+  };
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUnit& u = units[i];
+    if (Status g = acquire_grad(i); !g.ok()) { failure = g; break; }
+    if (Status g = acquire_grad(i + 1); !g.ok()) { failure = g; break; }
+    const void* grad = u.grad;
+    if (grad_leases[i]) {
+      auto p = grad_leases[i]->Wait();
+      if (!p.ok()) { failure = p.status(); break; }
+      grad = *p;
+    }
     Layout l = LayoutFor(u.n);
     uint8_t* slab = slabs_[i % depth].data;
     {
@@ -170,7 +200,7 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     }
     kernels::AdamBuffers b;
     b.param = reinterpret_cast<float*>(slab + l.master);
-    b.grad = u.grad;
+    b.grad = grad;
     b.grad_type = u.grad_type;
     b.exp_avg = slab + l.exp_avg;
     b.exp_avg_sq = slab + l.exp_avg_sq;
@@ -183,6 +213,11 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     auto a0 = Clock::now();
     auto info = kernels::AdamStep(hyper, b, ao);
     auto a1 = Clock::now();
+    if (grad_leases[i]) {
+      Status r = options_.grads->Release(std::move(*grad_leases[i]), false);
+      grad_leases[i].reset();
+      if (!r.ok() && info.ok()) info = r;
+    }
     stats.adam_seconds += std::chrono::duration<double>(a1 - a0).count();
     if (tracer) tracer->Complete(adam_track, fmt::format("adam unit {}", i), a0, a1, "compute");
     if (!info.ok()) {
@@ -209,6 +244,9 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       }
       stats.bytes_written += len;
     }
+  }
+  for (auto& l : grad_leases) {
+    if (l) options_.grads->Release(std::move(*l), false).IgnoreError();
   }
   {
     // Nothing may still point into the slabs or at `st` when we return.

@@ -11,20 +11,24 @@
 // units after it old state (the caller restores from a checkpoint; a later generation scheme
 // makes this atomic).
 //
-// Gradients come from host memory (accumulated there during backward). Non-finite gradients
-// must be detected before Step (AccumulateGrad reports them for free); Step does not skip.
+// Gradients come from host memory: a plain pointer, or an fp32 gradient shard of a TierManager
+// (what GradAccumulator fills; it may have spilled to NVMe), acquired in the host tier one unit
+// ahead of its update and released after it. Non-finite gradients must be detected before Step
+// (AccumulateGrad reports them for free); Step does not skip.
 //
 // Thread-safety: one Step at a time per pipeline. The pipeline starts the engine's reaper.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "kernels/cpu/adam.h"
 #include "offload/pinned_pool.h"
 #include "offload/swap_space.h"
+#include "offload/tier_manager.h"
 #include "src/base/trace.h"
 #include "zinf/status.h"
 
@@ -34,7 +38,8 @@ struct OptimizerUnit {
   uint64_t n = 0;                        // elements
   Extent master, exp_avg, exp_avg_sq;    // fp32, 4n bytes each, in the swap space
   Extent param16;                        // 2n bytes; bytes == 0: no 16-bit copy written home
-  const void* grad = nullptr;            // (n) host memory, grad_type
+  const void* grad = nullptr;            // (n) host memory, grad_type; or:
+  std::optional<ShardId> grad_shard;     // fp32 gradient shard of the pipeline's TierManager
   kernels::DType grad_type = kernels::DType::kF32;
 };
 
@@ -45,6 +50,7 @@ struct OptimizerPipelineOptions {
   kernels::AdamOptions adam;
   kernels::DType param16_type = kernels::DType::kBf16;
   Tracer* tracer = nullptr;  // spans on tracks "nvme read", "nvme write", "adam" when set
+  TierManager* grads = nullptr;  // REQUIRED when units name a grad_shard
 };
 
 struct OptimizerStepStats {

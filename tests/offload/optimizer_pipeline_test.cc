@@ -129,6 +129,50 @@ TEST_P(OptimizerPipelineTest, MatchesInMemoryAdamBitForBit) {
   EXPECT_LE(pool_->peak_bytes(), pool_->budget_bytes());
 }
 
+TEST_P(OptimizerPipelineTest, GradientsFromTierManagerShardsMatchTooBitForBit) {
+  auto e = io::Engine::Create({.block_size = 128 << 10, .queue_depth = 8});
+  ASSERT_TRUE(e.ok());
+  Build(std::move(e).value());
+  auto device = MakeHostDevice({.kind = DeviceKind::kHost, .budget_bytes = 8 << 20});
+  ASSERT_TRUE(device.ok());
+  auto tm = TierManager::Create(**device, *pool_, space_.get(), {.prefetch = false});
+  ASSERT_TRUE(tm.ok()) << tm.status().ToString();
+  // The gradients live as fp32 shards homed on NVMe.
+  for (size_t k = 0; k < units_.size(); ++k) {
+    auto id = (*tm)->Register({.name = "grad" + std::to_string(k), .role = Role::kGrad,
+                               .bytes = 4 * units_[k].n});
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ASSERT_TRUE((*tm)->WriteHome(*id, mem_[k].grad.data()).ok());
+    units_[k].grad = nullptr;
+    units_[k].grad_shard = *id;
+  }
+  OptimizerPipelineOptions o;
+  o.depth = GetParam();
+  o.grads = tm->get();
+  auto pipe = OptimizerPipeline::Create(*space_, *pool_, 200000, o);
+  ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
+  kernels::AdamHyper h;
+  h.lr = 1e-2f;
+  for (int step = 1; step <= 2; ++step) {
+    h.step = step;
+    auto stats = (*pipe)->Step(units_, h);
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    for (auto& mu : mem_) {
+      kernels::AdamBuffers b{mu.master.data(), mu.grad.data(), DType::kF32, mu.m.data(),
+                             mu.v.data(), DType::kF32, mu.p16.data(), DType::kBf16,
+                             mu.master.size()};
+      ASSERT_TRUE(kernels::AdamStep(h, b, {}).ok());
+    }
+  }
+  for (size_t k = 0; k < units_.size(); ++k) {
+    const uint64_t n = units_[k].n;
+    EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].master).data(), mem_[k].master.data(), 4 * n))
+        << "unit " << k;
+    EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].param16).data(), mem_[k].p16.data(), 2 * n));
+  }
+  EXPECT_LE(pool_->peak_bytes(), pool_->budget_bytes());
+}
+
 TEST_P(OptimizerPipelineTest, WriteErrorReachesTheCallerWithoutHanging) {
   auto raw = io::MakePosixBackend({8, 0});
   ASSERT_TRUE(raw.ok());

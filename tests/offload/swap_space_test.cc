@@ -21,7 +21,9 @@ TEST(SwapSpaceTest, ExtentsAreAlignedDisjointAndBounded) {
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     EXPECT_GE(e->offset, end);
     EXPECT_EQ(e->offset % (*space)->offset_align(), 0u);
-    if (bytes >= (1u << 20)) EXPECT_EQ(e->offset % (1 << 20), 0u);  // starts on a stripe
+    if (bytes >= (1u << 20)) {
+      EXPECT_EQ(e->offset % (1 << 20), 0u);  // starts on a stripe
+    }
     end = e->offset + (*space)->Padded(bytes);
   }
   auto full = (*space)->Allocate(8 << 20);

@@ -146,6 +146,41 @@ TEST(TierManagerTest, RepeatedTraceWithEnoughBudgetHasNoMissesInStepTwo) {
   EXPECT_EQ(second.prefetch_hits - first.prefetch_hits, 16u);
 }
 
+TEST(TierManagerTest, AChangedOrderFallsBackToOnDemandThenRecordsAgain) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(3 * (256 << 10), 4 * (256 << 10)).ok());
+  std::vector<ShardId> ids;
+  for (int i = 0; i < 8; ++i) {
+    auto id = rig.tm->Register({.name = fmt::format("o{}", i), .bytes = 256 << 10});
+    ASSERT_TRUE(id.ok());
+    std::vector<uint8_t> c(256 << 10, static_cast<uint8_t>(i));
+    ASSERT_TRUE(rig.tm->WriteHome(*id, c.data()).ok());
+    ids.push_back(*id);
+  }
+  auto run = [&](const std::vector<int>& order) {
+    for (int i : order) {
+      auto lease = rig.tm->Acquire(ids[i], Tier::kDevice);
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      auto p = lease->Wait();
+      ASSERT_TRUE(p.ok());
+      ASSERT_EQ(static_cast<uint8_t*>(*p)[77], static_cast<uint8_t>(i));
+      ASSERT_TRUE(rig.tm->Release(std::move(*lease), false).ok());
+    }
+    rig.tm->EndStep();
+  };
+  const std::vector<int> a = {0, 1, 2, 3, 4, 5, 6, 7}, b = {7, 5, 3, 1, 0, 2, 4, 6};
+  run(a);
+  EXPECT_TRUE(rig.tm->has_trace());
+  run(b);  // departs at once: on demand, and the trace is dropped
+  EXPECT_FALSE(rig.tm->has_trace());
+  run(b);  // recorded
+  EXPECT_TRUE(rig.tm->has_trace());
+  TierStats before = rig.tm->stats();
+  run(b);  // replayed with prefetch
+  TierStats after = rig.tm->stats();
+  EXPECT_LT(after.prefetch_misses - before.prefetch_misses, 8u);
+}
+
 TEST(TierManagerTest, PrefetchHidesFetchesUnderATightBudget) {
   Rig rig;
   // Room for 3 of 10 shards on the device and 4 in pinned memory: each step must stream.

@@ -1,0 +1,55 @@
+#include "offload/grad_accumulator.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/grad_ops.h"
+
+namespace zinf::offload {
+
+Result<std::unique_ptr<GradAccumulator>> GradAccumulator::Create(TierManager& tm, Device& device,
+                                                                 PinnedPool& pool,
+                                                                 size_t max_unit_elems) {
+  if (max_unit_elems == 0) return InvalidArgument("GradAccumulator: units of 0 elements");
+  auto g = std::unique_ptr<GradAccumulator>(new GradAccumulator(tm, device, pool));
+  ZINF_ASSIGN_OR_RETURN(g->stream_, device.CreateStream("grad d2h"));
+  auto block = pool.Allocate(4 * max_unit_elems);
+  if (!block.ok()) return block.status().WithContext("gradient staging block");
+  g->staging_ = *block;
+  g->max_elems_ = max_unit_elems;
+  return g;
+}
+
+GradAccumulator::~GradAccumulator() {
+  device_.StreamSynchronize(stream_).IgnoreError();
+  pool_.Free(staging_);
+}
+
+Result<bool> GradAccumulator::Accumulate(ShardId grad_shard, const void* device_grad,
+                                         kernels::DType type, size_t n, float scale, bool first) {
+  if (n == 0 || n > max_elems_) {
+    return InvalidArgument(fmt::format("gradient of {} elements: expected 1..{}", n, max_elems_));
+  }
+  if (tm_.spec(grad_shard).bytes != 4 * n) {
+    return InvalidArgument(fmt::format("gradient shard {} holds {} bytes, not {} fp32 values",
+                                       tm_.spec(grad_shard).name, tm_.spec(grad_shard).bytes, n));
+  }
+  const size_t bytes = n * kernels::DTypeSize(type);
+  // Start the device-to-host copy, and bring the accumulator up meanwhile.
+  ZINF_RETURN_IF_ERROR(device_.CopyToHost(stream_, staging_.data, device_grad, bytes));
+  ZINF_ASSIGN_OR_RETURN(Lease lease, tm_.Acquire(grad_shard, Tier::kHost));
+  auto acc = lease.Wait();
+  Status copied = device_.StreamSynchronize(stream_);
+  if (!acc.ok() || !copied.ok()) {
+    tm_.Release(std::move(lease), false).IgnoreError();
+    return !acc.ok() ? acc.status() : copied;
+  }
+  float* a = static_cast<float*>(*acc);
+  if (first) std::memset(a, 0, 4 * n);
+  auto finite = kernels::AccumulateGrad(a, staging_.data, type, n, scale);
+  ZINF_RETURN_IF_ERROR(tm_.Release(std::move(lease), finite.ok()));
+  return finite;
+}
+
+}  // namespace zinf::offload

@@ -1,0 +1,48 @@
+// offload/grad_accumulator.h — gradients from the device, accumulated in fp32 on the host.
+//
+// Contract: Accumulate() copies one unit's gradient (fp32, bf16 or fp16) from device memory to a
+// pinned staging block (on its own "grad d2h" stream), acquires the unit's fp32 gradient shard
+// in the host tier through the TierManager, adds scale * gradient into it (zeroing it first on
+// the first micro-batch of a step) and releases it dirty. The shard is an ordinary shard: when
+// the pinned budget is short, the tier manager writes it to its NVMe home and reads it back for
+// the next micro-batch or the optimizer step ("spilled to NVMe when the host budget says so").
+// It returns whether every accumulated value is finite — for free, in the same pass — so a
+// dynamic loss scaler can skip the step before the optimizer touches any state.
+//
+// Thread-safety: one Accumulate at a time per accumulator (one staging block).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "kernels/cpu/dtype.h"
+#include "offload/pinned_pool.h"
+#include "offload/tier_manager.h"
+#include "src/base/device.h"
+#include "zinf/status.h"
+
+namespace zinf::offload {
+
+class GradAccumulator {
+ public:
+  // Takes a staging block for max_unit_elems fp32 values from the pool.
+  static Result<std::unique_ptr<GradAccumulator>> Create(TierManager& tm, Device& device,
+                                                         PinnedPool& pool,
+                                                         size_t max_unit_elems);
+  ~GradAccumulator();
+
+  // REQUIRES: grad_shard holds 4 * n bytes (fp32); device_grad is device memory of n elements.
+  Result<bool> Accumulate(ShardId grad_shard, const void* device_grad, kernels::DType type,
+                          size_t n, float scale, bool first);
+
+ private:
+  GradAccumulator(TierManager& tm, Device& d, PinnedPool& p) : tm_(tm), device_(d), pool_(p) {}
+  TierManager& tm_;
+  Device& device_;
+  PinnedPool& pool_;
+  Stream* stream_ = nullptr;
+  PinnedBlock staging_;
+  size_t max_elems_ = 0;
+};
+
+}  // namespace zinf::offload
