@@ -744,6 +744,8 @@ TierStats TierManager::stats() const {
   TierStats s = stats_;
   s.peak_host_bytes = pool_.peak_bytes();
   s.peak_device_bytes = device_.peak_bytes();
+  s.h2d_busy_seconds = h2d_->stats().copy_seconds;
+  s.d2h_busy_seconds = d2h_->stats().copy_seconds;
   return s;
 }
 

@@ -73,6 +73,7 @@ struct TierManagerOptions {
 struct TierStats {
   uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0, h2d_bytes = 0, d2h_bytes = 0;
   double nvme_read_busy_seconds = 0, nvme_write_busy_seconds = 0;
+  double h2d_busy_seconds = 0, d2h_busy_seconds = 0;  // the device streams' copy time
   double stall_seconds = 0;  // time callers spent in Lease::Wait
   uint64_t prefetch_hits = 0, prefetch_misses = 0;
   uint64_t evictions = 0, writebacks = 0;

@@ -315,6 +315,8 @@ int RunBenchSwap(const CLI::App& cmd, BenchSwapArgs a) {
       {"sweep_stall_seconds", ts.stall_seconds / a.steps},
       {"sweep_nvme_read_bytes", ts.nvme_read_bytes},
       {"h2d_bytes", ts.h2d_bytes},
+      {"h2d_busy_seconds", ts.h2d_busy_seconds},
+      {"sweep_nvme_read_busy_seconds", ts.nvme_read_busy_seconds},
       {"peak_device_bytes", ts.peak_device_bytes},
       {"device_budget_bytes", dev_budget},
       {"prefetch_hits", ts.prefetch_hits},

@@ -23,6 +23,11 @@ int main(int argc, char** argv) {
   zinf::tools::RegisterBenchAdam(app, exit_code);
   zinf::tools::RegisterBenchSwap(app, exit_code);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error exits 2, as the README promises.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return exit_code;
 }

@@ -20,15 +20,17 @@
 //
 // bf16 optimizer state (state_type = kBf16) is an APPROXIMATION: m and v are widened to fp32,
 // updated as above (the parameter update uses these fp32 values) and rounded to nearest even
-// bf16 for storage, which loses 16 bits of mantissa per step (relative error up to 2^-8 each
-// time). It halves the state's memory and NVMe traffic; it does not match PyTorch's fp32 state.
+// bf16 for storage, keeping 8 of fp32's 24 significant bits (relative error up to 2^-8 at each
+// step). It halves the state's memory and NVMe traffic; it does not match PyTorch's fp32 state.
 //
 // Non-finite gradients. With options.check_finite, the gradients are scanned in parallel before
-// anything is written (cost: one extra read of the gradient bytes, n * sizeof(grad type)); if
-// any is inf or NaN, AdamStep returns found_nonfinite = true and leaves param, m, v and
-// param16_out untouched, so a dynamic loss scaler can skip the step. When gradients come from
-// AccumulateGrad (grad_ops.h), its return value already says this for free: then leave
-// check_finite off. Without the check, a non-finite gradient propagates into its element.
+// anything is written; if any is inf or NaN, AdamStep returns found_nonfinite = true and leaves
+// param, m, v and param16_out untouched, so a dynamic loss scaler can skip the step. The cost
+// is one extra read of the gradient bytes (n * sizeof(grad type)), measured at +21-25% of a
+// 64M-element fp32 step on 2 threads (one read stream per core moves less than the step's seven
+// streams do). When gradients come from AccumulateGrad (grad_ops.h), its return value already
+// says this for free: then leave check_finite off. Without the check, a non-finite gradient
+// propagates into its element only.
 // grad_scale must itself be finite; the check looks at the unscaled gradient.
 //
 // Buffers are spans: the offload pipeline may run a step on one shard while I/O moves others.

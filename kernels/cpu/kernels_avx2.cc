@@ -136,7 +136,12 @@ inline void AdamStep16(const Coeffs& c, float* param, const void* grad, void* m_
   if constexpr (kOut != 0) Store16<static_cast<DType>(kOut), kStream>(out, p0, p1);
 }
 
-constexpr size_t kAdamPrefetchElems = 256;
+// Software prefetch distance in bytes of each stream (see kernels_avx512.inc).
+constexpr size_t kAdamPrefetchBytes = 1024;
+
+inline void PrefetchAhead(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p) + kAdamPrefetchBytes, _MM_HINT_T0);
+}
 
 template <DType kGrad, DType kState, int kOut, bool kStream>
 void AdamChunkT(const AdamCoeffs& coeffs, const AdamChunk& ch) {
@@ -144,12 +149,12 @@ void AdamChunkT(const AdamCoeffs& coeffs, const AdamChunk& ch) {
   const Coeffs c = Broadcast(coeffs);
   size_t i = 0;
   for (; i + kBlock <= ch.n; i += kBlock) {
-    // Software prefetch (see kernels_avx512.inc); prefetches never fault past the end.
-    const size_t ahead = i + kAdamPrefetchElems;
-    _mm_prefetch(static_cast<const char*>(At(ch.param, DType::kF32, ahead)), _MM_HINT_T0);
-    _mm_prefetch(static_cast<const char*>(At(ch.grad, kGrad, ahead)), _MM_HINT_T0);
-    _mm_prefetch(static_cast<const char*>(At(ch.exp_avg, kState, ahead)), _MM_HINT_T0);
-    _mm_prefetch(static_cast<const char*>(At(ch.exp_avg_sq, kState, ahead)), _MM_HINT_T0);
+    // One prefetch per stream per 16 elements (a 16-bit stream gets each line twice: cheap);
+    // prefetches never fault past the end of a buffer.
+    PrefetchAhead(ch.param + i);
+    PrefetchAhead(At(ch.grad, kGrad, i));
+    PrefetchAhead(At(ch.exp_avg, kState, i));
+    PrefetchAhead(At(ch.exp_avg_sq, kState, i));
     AdamStep16<kGrad, kState, kOut, kStream>(
         c, ch.param + i, At(ch.grad, kGrad, i), At(ch.exp_avg, kState, i),
         At(ch.exp_avg_sq, kState, i), kOut != 0 ? At(ch.param16, kOutType, i) : nullptr);

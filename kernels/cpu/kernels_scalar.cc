@@ -1,5 +1,6 @@
 // The scalar variant: portable C++ compiled for baseline x86-64 (the compiler may still use
 // SSE2). It is the fallback on any CPU and the readable statement of every formula.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
