@@ -581,9 +581,16 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
 void TierManager::Prefetch(std::unique_lock<std::mutex>& lock, size_t pos) {
   if (!trace_valid_ || !options_.prefetch) return;
   const size_t n = trace_.size();
+  uint32_t units_ahead = 0;
+  uint32_t last_unit = pos > 0 ? shards_[trace_[(pos - 1) % n].first]->spec.unit
+                               : std::numeric_limits<uint32_t>::max();
   for (size_t q = pos; q < pos + n; ++q) {
     auto [id, tier] = trace_[q % n];
     Shard& s = *shards_[id];
+    if (s.spec.unit != last_unit) {
+      last_unit = s.spec.unit;
+      if (++units_ahead > options_.prefetch_units) break;
+    }
     Copy& c = s.copy[static_cast<int>(tier)];
     if (c.state != Copy::kAbsent) continue;
     if (tier == Tier::kHost && options_.max_inflight_bytes &&

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -66,6 +67,9 @@ struct ShardSpec {
 
 struct TierManagerOptions {
   bool prefetch = true;
+  // How far ahead prefetch reaches, in units (ShardSpec::unit) beyond the acquire that
+  // triggers it; the config's zinf.prefetch_depth. Budgets bound it too.
+  uint32_t prefetch_units = std::numeric_limits<uint32_t>::max();
   uint64_t max_inflight_bytes = 0;  // per link (NVMe read, h2d); 0 = bounded by budgets only
   Tracer* tracer = nullptr;  // spans on "nvme read", "nvme write", "h2d", "d2h", "stall"
 };

@@ -38,6 +38,7 @@ struct BenchSwapArgs {
   std::string grad = "bf16";
   bool json = false;
   std::string config;
+  bool strict = false;
   std::string device_budget;  // default: three units' 16-bit parameters
   double h2d_gbps = 25;       // the emulated host-to-device link (PCIe 4 x16 is about 25)
   std::string trace;          // Chrome trace-event JSON
@@ -47,7 +48,7 @@ struct BenchSwapArgs {
 // pipeline depth, Adam threads and swap paths.
 Status ApplyConfig(const CLI::App& cmd, BenchSwapArgs& a) {
   if (a.config.empty()) return Status::Ok();
-  ZINF_ASSIGN_OR_RETURN(Config c, Config::FromFile(a.config));
+  ZINF_ASSIGN_OR_RETURN(Config c, Config::FromFile(a.config, {.strict = a.strict}));
   auto unset = [&](const char* flag) { return cmd.count(flag) == 0; };
   if (unset("--engine")) a.engine = c.aio.engine;
   if (unset("--block")) a.block = std::to_string(c.aio.block_size);
@@ -357,6 +358,8 @@ void RegisterBenchSwap(CLI::App& app, int& exit_code) {
                   "JSON config (DeepSpeed keys + zinf block): aio, budgets, pipeline depth, "
                   "swap paths; flags override it")
       ->check(CLI::ExistingFile);
+  cmd->add_flag("--strict", a->strict,
+                "Refuse DeepSpeed keys zinf does not implement instead of warning");
   cmd->add_option("--params", a->params, "Parameters (fp32 master + Adam state + bf16 copy = 14 B each)")
       ->capture_default_str();
   cmd->add_option("--units", a->units, "Units (optimizer sub-groups)")->capture_default_str();

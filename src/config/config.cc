@@ -463,6 +463,7 @@ nlohmann::ordered_json Config::ToJson() const {
                    {"host_bytes", bytes_or_auto(zinf.budgets.host_bytes)}}},
                  {"prefetch_depth", zinf.prefetch_depth},
                  {"pipeline_depth", zinf.pipeline_depth},
+                 {"max_inflight_bytes", zinf.max_inflight_bytes},
                  {"stripe_paths", zinf.stripe_paths},
                  {"stripe_bytes", zinf.stripe_bytes},
                  {"swap_dir", zinf.swap_dir},

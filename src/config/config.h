@@ -202,6 +202,9 @@ struct ZinfConfig {
   BudgetsConfig budgets;
   uint32_t prefetch_depth = 4;  // units fetched ahead of the one in use, 0 = on demand: 0..1024
   uint32_t pipeline_depth = 2;  // optimizer read-ahead / write-behind in units, 0 = serial: 0..64
+  // Bytes of speculative (prefetch) transfers in flight per link (NVMe read, h2d); demand
+  // fetches are never throttled, they are on the critical path. 0 = bounded by the budgets.
+  uint64_t max_inflight_bytes = 0;
   std::vector<std::string> stripe_paths;  // swap files striped over these directories
   uint64_t stripe_bytes = 1 << 20;        // stripe unit: a multiple of 4096, 4K..1G
   std::string swap_dir;       // zinf's own swap (gradient spill); default: see Config::SwapDir()

@@ -253,6 +253,7 @@ void ReadZinf(Reader r, ZinfConfig* c) {
   b.Finish();
   r.Uint32("prefetch_depth", &c->prefetch_depth, 0, 1024);
   r.Uint32("pipeline_depth", &c->pipeline_depth, 0, 64);
+  r.Bytes("max_inflight_bytes", &c->max_inflight_bytes, 0, kU64Max, Align::kAny);
   r.StringList("stripe_paths", &c->stripe_paths, "directories");
   r.Bytes("stripe_bytes", &c->stripe_bytes, kMinIoBlockBytes, kMaxIoBlockBytes, Align::kPage);
   r.String("swap_dir", &c->swap_dir, "a directory path");

@@ -73,6 +73,14 @@ TEST(BenchSwapCliTest, TakesSettingsFromAConfigAndRefusesTypos) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("offload_optimizer"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(typo), std::string::npos) << r.err;
+  // A DeepSpeed key zinf does not implement: a warning, or an error with --strict.
+  std::string unimpl = scratch / "unimpl.json";
+  std::ofstream(unimpl) << R"({"zero_optimization": {"offload_optimizer": {"device": "nvme",
+      "nvme_path": ")" << dir.path() << R"("}, "overlap_comm": true},
+      "zinf": {"budgets": {"pinned_bytes": "8M"}}})";
+  r = RunZinf("bench-swap --config " + unimpl + " --strict --params 2M --units 16", scratch.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("overlap_comm"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -181,6 +181,33 @@ TEST(TierManagerTest, AChangedOrderFallsBackToOnDemandThenRecordsAgain) {
   EXPECT_LT(after.prefetch_misses - before.prefetch_misses, 8u);
 }
 
+TEST(TierManagerTest, PrefetchReachesOnlyPrefetchUnitsAhead) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(16 << 20, 16 << 20).ok());
+  rig.tm.reset();
+  auto tm = TierManager::Create(*rig.device, *rig.pool, rig.swap.get(), {.prefetch_units = 1});
+  ASSERT_TRUE(tm.ok()) << tm.status().ToString();
+  std::vector<ShardId> ids;
+  for (uint32_t u = 0; u < 8; ++u) {
+    auto id = (*tm)->Register({.name = fmt::format("u{}", u), .unit = u, .bytes = 256 << 10});
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+  }
+  auto touch = [&](ShardId id) {
+    auto lease = (*tm)->Acquire(id, Tier::kHost);
+    ASSERT_TRUE(lease.ok());
+    ASSERT_TRUE(lease->Wait().ok());
+    ASSERT_TRUE((*tm)->Release(std::move(*lease), false).ok());
+  };
+  for (ShardId id : ids) touch(id);
+  for (ShardId id : ids) ASSERT_TRUE((*tm)->Invalidate(id).ok());
+  const uint64_t before = (*tm)->stats().nvme_read_bytes;
+  (*tm)->EndStep();  // the trace is known: prefetch the first unit only
+  touch(ids[0]);     // and now the second
+  ASSERT_TRUE((*tm)->Flush().ok());  // waits for reads in flight
+  EXPECT_EQ((*tm)->stats().nvme_read_bytes - before, 2u * (256 << 10));
+}
+
 TEST(TierManagerTest, PrefetchHidesFetchesUnderATightBudget) {
   Rig rig;
   // Room for 3 of 10 shards on the device and 4 in pinned memory: each step must stream.

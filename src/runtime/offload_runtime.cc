@@ -1,0 +1,88 @@
+#include "src/runtime/offload_runtime.h"
+
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace zinf {
+namespace {
+
+constexpr uint64_t kAutoHostDeviceBudget = 1ull << 30;
+constexpr uint64_t kAutoPinnedCap = 2ull << 30;
+
+uint64_t MemAvailable() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kb = 0;
+  while (f >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool UsesNvme(const Config& c) {
+  return c.zero.offload_param.device == OffloadDevice::kNvme ||
+         c.zero.offload_optimizer.device == OffloadDevice::kNvme;
+}
+
+Result<io::EngineOptions> EngineOptionsFromConfig(const Config& c) {
+  io::EngineOptions o;
+  auto kind = io::ParseEngineKind(c.aio.engine);
+  if (!kind.ok()) return kind.status().WithContext(c.source + ": aio.engine");
+  o.kind = *kind;
+  o.block_size = c.aio.block_size;
+  o.queue_depth = c.aio.queue_depth;
+  o.posix_threads = c.aio.intra_op_parallelism > 1 ? c.aio.intra_op_parallelism : 0;
+  return o;
+}
+
+Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
+                                                           const RuntimeOptions& options) {
+  ZINF_RETURN_IF_ERROR(c.Validate());
+  auto rt = std::make_unique<OffloadRuntime>();
+  DeviceOptions dopt;
+  dopt.budget_bytes = c.zinf.budgets.device_bytes.value_or(kAutoHostDeviceBudget);
+  auto device = MakeDevice(dopt);
+  if (!device.ok()) return device.status().WithContext(c.source + ": zinf.budgets.device_bytes");
+  rt->device = std::move(device).value();
+
+  uint64_t pinned = c.zinf.budgets.pinned_bytes.value_or(
+      std::min<uint64_t>(kAutoPinnedCap, MemAvailable() / 4));
+  auto pool = offload::PinnedPool::Create({.budget_bytes = pinned});
+  if (!pool.ok()) return pool.status().WithContext(c.source + ": zinf.budgets.pinned_bytes");
+  rt->pool = std::move(pool).value();
+
+  if (UsesNvme(c)) {
+    if (options.swap_bytes == 0) {
+      return InvalidArgument("MakeOffloadRuntime: NVMe offload needs a swap size > 0");
+    }
+    std::vector<std::string> dirs = c.zinf.stripe_paths;
+    if (dirs.empty()) dirs.push_back(c.SwapDir());
+    ZINF_ASSIGN_OR_RETURN(io::EngineOptions eo, EngineOptionsFromConfig(c));
+    auto engine = io::Engine::Create(eo);
+    if (!engine.ok()) return engine.status().WithContext(c.source + ": aio");
+    rt->engine = std::move(engine).value();
+    auto swap = offload::SwapSpace::Create(
+        *rt->engine, {.dirs = dirs, .size = options.swap_bytes,
+                      .stripe_bytes = c.zinf.stripe_bytes});
+    if (!swap.ok()) {
+      return swap.status().WithContext(c.source + (c.zinf.stripe_paths.empty()
+                                                       ? ": the offload nvme_path"
+                                                       : ": zinf.stripe_paths"));
+    }
+    rt->swap = std::move(swap).value();
+  }
+  offload::TierManagerOptions to;
+  to.prefetch = c.zinf.prefetch_depth > 0;
+  to.prefetch_units = c.zinf.prefetch_depth;
+  to.max_inflight_bytes = c.zinf.max_inflight_bytes;
+  to.tracer = options.tracer;
+  ZINF_ASSIGN_OR_RETURN(rt->tiers, offload::TierManager::Create(*rt->device, *rt->pool,
+                                                                rt->swap.get(), to));
+  return rt;
+}
+
+}  // namespace zinf

@@ -1,0 +1,48 @@
+// src/runtime/offload_runtime.h — the offload machinery built from one Config.
+//
+// Contract: MakeOffloadRuntime reads the config's aio block (engine, block size, queue depth,
+// posix threads), the budgets (device, pinned), the swap directories (zinf.stripe_paths, else
+// the offload nvme_path), the stripe unit, the prefetch depth and the in-flight limit, and builds
+// in order: the device (CUDA when built with it and a GPU answers, else the host-emulated one),
+// the pinned pool, the I/O engine and swap file (only when something is offloaded to NVMe), and
+// the tier manager. Every refusal names the config field it comes from. Budgets left "auto":
+// the device budget is 1 GiB on the host-emulated device (a GPU's free memory less 10% on CUDA);
+// the pinned budget a quarter of the memory available now, at most 2 GiB.
+//
+// Thread-safety: the runtime's parts are as thread-safe as each says; building is one call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "io/engine.h"
+#include "offload/pinned_pool.h"
+#include "offload/swap_space.h"
+#include "offload/tier_manager.h"
+#include "src/base/device.h"
+#include "src/base/trace.h"
+#include "src/config/config.h"
+
+namespace zinf {
+
+struct OffloadRuntime {
+  // Declared so that destruction runs tiers, swap, engine, pool, device.
+  std::unique_ptr<Device> device;
+  std::unique_ptr<offload::PinnedPool> pool;
+  std::unique_ptr<io::Engine> engine;         // null when nothing is homed on NVMe
+  std::unique_ptr<offload::SwapSpace> swap;   // null when nothing is homed on NVMe
+  std::unique_ptr<offload::TierManager> tiers;
+};
+
+struct RuntimeOptions {
+  uint64_t swap_bytes = 0;  // capacity of the swap file when NVMe is used (> 0 then)
+  Tracer* tracer = nullptr;
+};
+
+Result<io::EngineOptions> EngineOptionsFromConfig(const Config& config);
+// Whether any state is offloaded to NVMe (offload_param or offload_optimizer device "nvme").
+bool UsesNvme(const Config& config);
+Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& config,
+                                                           const RuntimeOptions& options);
+
+}  // namespace zinf
