@@ -210,6 +210,14 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     b.n = u.n;
     kernels::AdamOptions ao = options_.adam;
     ao.check_finite = false;
+    // One trace track per Adam worker: each reports its run of chunks of this unit.
+    const kernels::RunObserver worker_spans =
+        [tracer, i](int worker, size_t begin, size_t end, Clock::time_point t0,
+                    Clock::time_point t1) {
+          tracer->Complete(tracer->Track(fmt::format("adam worker {}", worker)),
+                           fmt::format("unit {} [{}, {})", i, begin, end), t0, t1, "compute");
+        };
+    if (tracer) ao.observer = &worker_spans;
     auto a0 = Clock::now();
     auto info = kernels::AdamStep(hyper, b, ao);
     auto a1 = Clock::now();

@@ -81,6 +81,7 @@ Result<AdamStepInfo> AdamStep(const AdamHyper& hyper, const AdamBuffers& b,
   ZINF_ASSIGN_OR_RETURN(
       internal::Dispatch d,
       internal::ResolveDispatch(options.variant, options.threads, options.chunk_elems));
+  d.parallel.observer = options.observer;
   AdamStepInfo info;
   info.variant = d.variant;
   info.threads = d.parallel.threads;

@@ -86,6 +86,7 @@ struct AdamOptions {
   // they write). Measured at 64M elements on 2 threads: the bf16 copy adds ~6-9% to the step
   // with streaming stores, ~11-13% with plain ones (its bytes add 7%).
   bool stream_param16 = true;
+  const RunObserver* observer = nullptr;  // per-thread runs, for tracing (parallel.h)
 };
 
 struct AdamStepInfo {

@@ -47,8 +47,15 @@ void ParallelForChunks(size_t n, const ParallelOptions& options,
   const size_t num_chunks = (n + chunk - 1) / chunk;
   const int threads = ResolveThreads(options.threads);
   auto run = [&](size_t first, size_t last) {
+    const auto start = options.observer ? std::chrono::steady_clock::now()
+                                        : std::chrono::steady_clock::time_point{};
     for (size_t k = first; k < last; ++k) fn(k * chunk, std::min(n, (k + 1) * chunk));
     StoreFence();
+    if (options.observer) {
+      int worker = tbb::this_task_arena::current_thread_index();
+      (*options.observer)(worker < 0 ? 0 : worker, first * chunk, std::min(n, last * chunk),
+                          start, std::chrono::steady_clock::now());
+    }
   };
   if (num_chunks == 1 || threads == 1) {
     run(0, num_chunks);

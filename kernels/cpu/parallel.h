@@ -14,6 +14,7 @@
 // share one arena (their chunks then interleave on its threads).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 
@@ -23,9 +24,17 @@ namespace zinf::kernels {
 // chunk's time (tens of microseconds) dwarfs a task's scheduling cost.
 inline constexpr size_t kDefaultChunkElems = size_t{32} << 10;
 
+// Told once per thread's run of chunks, after it ends: which worker of the arena ran it (0 for
+// the calling thread alone), the element range, and when it started and ended. For tracing
+// (one Chrome-trace track per Adam worker); it must be cheap and thread-safe.
+using RunObserver = std::function<void(int worker, size_t begin, size_t end,
+                                       std::chrono::steady_clock::time_point start,
+                                       std::chrono::steady_clock::time_point stop)>;
+
 struct ParallelOptions {
   int threads = 0;  // 0 = all cores
   size_t chunk_elems = kDefaultChunkElems;
+  const RunObserver* observer = nullptr;  // not owned; null = nobody listens
 };
 
 // The thread count `requested` stands for (0 -> oneTBB's default concurrency).

@@ -28,7 +28,7 @@ TEST(BenchSwapCliTest, ReportsTheStepAgainstItsBounds) {
   for (auto& e : trace["traceEvents"]) {
     if (e["name"] == "thread_name") tracks.insert(e["args"]["name"].get<std::string>());
   }
-  for (const char* t : {"nvme read", "nvme write", "adam", "h2d"}) {
+  for (const char* t : {"nvme read", "nvme write", "adam", "adam worker 0", "h2d"}) {
     EXPECT_TRUE(tracks.count(t)) << "no track " << t;
   }
   auto j = nlohmann::json::parse(r.out);
