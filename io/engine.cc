@@ -188,6 +188,11 @@ Status Engine::RemoveFile(FileId file) {
 Status Engine::RegisterBuffer(void* base, size_t len) {
   std::lock_guard lock(mu_);
   if (!ops_.empty()) return FailedPrecondition("RegisterBuffer with requests in flight");
+  auto* p = static_cast<const char*>(base);
+  for (const iovec& r : regions_) {
+    auto* rb = static_cast<const char*>(r.iov_base);
+    if (p >= rb && p + len <= rb + r.iov_len) return Status::Ok();  // already registered
+  }
   regions_.push_back(iovec{base, len});
   std::sort(regions_.begin(), regions_.end(),
             [](const iovec& a, const iovec& b) { return a.iov_base < b.iov_base; });

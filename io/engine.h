@@ -102,7 +102,8 @@ class Engine {
   Result<FileId> AddFile(FileLayout layout);
   Status RemoveFile(FileId file);
   // Registers [base, base+len) with the kernel (io_uring fixed buffers) in addition to those
-  // registered before. Memory that is not registered still works, through plain reads/writes.
+  // registered before (memory inside a registered range is not registered again). Memory that
+  // is not registered still works, through plain reads/writes.
   Status RegisterBuffer(void* base, size_t len);
 
   // Async with a ticket for Wait.

@@ -5,29 +5,14 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "src/base/host_info.h"
 #include "src/base/units.h"
 
 namespace zinf::offload {
-namespace {
-
-// MemAvailable from /proc/meminfo in bytes, 0 when unknown.
-uint64_t MemAvailableBytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions& o) {
   if (o.budget_bytes == 0) return InvalidArgument("pinned pool: budget must be > 0 bytes");

@@ -460,13 +460,20 @@ void TierManager::StartHostToDevice(ShardId id) {
   }
   if (!st.ok()) {
     inflight_bytes_[1] -= s.spec.bytes;
-    h.pins--;
-    device_.Free(d.ptr).IgnoreError();
-    d.ptr = nullptr;
-    d.state = Copy::kAbsent;
-    d.error = st;
-    cv_.notify_all();
+    AbandonDeviceLoad(id, st);
   }
+}
+
+void TierManager::AbandonDeviceLoad(ShardId id, Status error) {
+  Shard& s = *shards_[id];
+  Copy& d = s.copy[kDev];
+  s.device_wants_host = false;
+  s.copy[kHostIdx].pins--;  // the staging pin taken when the device load started
+  device_.Free(d.ptr).IgnoreError();
+  d.ptr = nullptr;
+  d.state = Copy::kAbsent;
+  d.error = std::move(error);
+  cv_.notify_all();
 }
 
 Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier,
@@ -522,15 +529,7 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
             hc.ptr = nullptr;
             hc.state = Copy::kAbsent;
             hc.error = r.WithContext(fmt::format("loading shard {}", sh.spec.name));
-            if (sh.device_wants_host) {
-              Copy& dc = sh.copy[kDev];
-              sh.device_wants_host = false;
-              hc.pins--;
-              device_.Free(dc.ptr).IgnoreError();
-              dc.ptr = nullptr;
-              dc.state = Copy::kAbsent;
-              dc.error = hc.error;
-            }
+            if (sh.device_wants_host) AbandonDeviceLoad(id, hc.error);
           }
           cv_.notify_all();
         });
@@ -567,14 +566,7 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
   s.device_wants_host = true;
   if (h.state == Copy::kLoading) return Status::Ok();
   Status st = StartLoad(lock, id, Tier::kHost, prefetch, need_pos);
-  if (!st.ok() && s.device_wants_host) {
-    s.device_wants_host = false;
-    h.pins--;
-    device_.Free(c.ptr).IgnoreError();
-    c.ptr = nullptr;
-    c.state = Copy::kAbsent;
-    cv_.notify_all();
-  }
+  if (!st.ok() && s.device_wants_host) AbandonDeviceLoad(id, Status::Ok());  // st goes up
   return st;
 }
 

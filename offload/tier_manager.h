@@ -164,6 +164,9 @@ class TierManager {
   size_t NextUse(ShardId id, Tier tier, size_t after) const;
   void Prefetch(std::unique_lock<std::mutex>& lock, size_t pos);
   void StartHostToDevice(ShardId id);
+  // Undoes a device load that cannot finish: unpins the host staging, frees the device memory,
+  // leaves the copy absent with `error` for its waiters.
+  void AbandonDeviceLoad(ShardId id, Status error);
   void LinkBusy(int link, int delta);
   void Span(const char* track, const std::string& what, std::chrono::steady_clock::time_point t0);
 

@@ -25,6 +25,7 @@
 #include "kernels/cpu/memory_probe.h"
 #include "kernels/cpu/parallel.h"
 #include "src/base/units.h"
+#include "src/base/host_info.h"
 #include "tools/commands.h"
 
 namespace zinf::tools {
@@ -121,12 +122,6 @@ Result<Config> ParseConfig(const BenchAdamArgs& a) {
   }
   c.stream_param16 = a.stream_param16 == "on";
   return c;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t k = v.size() / 2;
-  return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
 }
 
 template <typename F>

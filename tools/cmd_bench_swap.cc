@@ -17,6 +17,7 @@
 #include "src/base/device.h"
 #include "src/base/units.h"
 #include "src/config/config.h"
+#include "src/base/host_info.h"
 #include "tools/commands.h"
 
 namespace zinf::tools {
@@ -63,12 +64,6 @@ Status ApplyConfig(const CLI::App& cmd, BenchSwapArgs& a) {
     if (a.paths.empty() && !c.SwapDir().empty()) a.paths.push_back(c.SwapDir());
   }
   return Status::Ok();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 double Seconds(Clock::time_point t0) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/base/units.h"
+#include "src/base/host_info.h"
 #include "tools/commands.h"
 #include "tools/io_bench.h"
 
@@ -32,13 +33,6 @@ struct TuneArgs {
 };
 
 using Key = std::tuple<std::string, uint64_t, unsigned>;  // engine, block, qd
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 int RunTune(const TuneArgs& a) {
   auto fail = [](const Status& s, int code) {

@@ -5,21 +5,13 @@
 
 #include <fmt/format.h>
 
+#include "src/base/host_info.h"
+
 namespace zinf {
 namespace {
 
 constexpr uint64_t kAutoHostDeviceBudget = 1ull << 30;
 constexpr uint64_t kAutoPinnedCap = 2ull << 30;
-
-uint64_t MemAvailable() {
-  std::ifstream f("/proc/meminfo");
-  std::string key, unit;
-  uint64_t kb = 0;
-  while (f >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -50,7 +42,7 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   rt->device = std::move(device).value();
 
   uint64_t pinned = c.zinf.budgets.pinned_bytes.value_or(
-      std::min<uint64_t>(kAutoPinnedCap, MemAvailable() / 4));
+      std::min<uint64_t>(kAutoPinnedCap, MemAvailableBytes() / 4));
   auto pool = offload::PinnedPool::Create({.budget_bytes = pinned});
   if (!pool.ok()) return pool.status().WithContext(c.source + ": zinf.budgets.pinned_bytes");
   rt->pool = std::move(pool).value();

@@ -45,6 +45,26 @@ struct Rig {
   }
 };
 
+// Registers n shards of kShard bytes homed on NVMe, shard i filled with the byte i.
+constexpr uint64_t kShard = 256 << 10;
+void RegisterFilled(TierManager& tm, int n, const char* prefix, std::vector<ShardId>* ids) {
+  for (int i = 0; i < n; ++i) {
+    auto id = tm.Register({.name = fmt::format("{}{}", prefix, i), .bytes = kShard});
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    std::vector<uint8_t> c(kShard, static_cast<uint8_t>(i));
+    ASSERT_TRUE(tm.WriteHome(*id, c.data()).ok());
+    ids->push_back(*id);
+  }
+}
+
+// Acquires a shard, waits for it and releases it clean.
+void Touch(TierManager& tm, ShardId id, Tier tier) {
+  auto lease = tm.Acquire(id, tier);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_TRUE(lease->Wait().ok());
+  ASSERT_TRUE(tm.Release(std::move(*lease), false).ok());
+}
+
 // Reads the bytes of a leased copy (the host device's memory is host memory).
 std::vector<uint8_t> Bytes(void* p, uint64_t n) {
   auto* b = static_cast<uint8_t*>(p);
@@ -118,21 +138,11 @@ TEST(TierManagerTest, RepeatedTraceWithEnoughBudgetHasNoMissesInStepTwo) {
   Rig rig;
   ASSERT_TRUE(rig.Make(8 << 20, 16 << 20).ok());
   std::vector<ShardId> ids;
-  for (int i = 0; i < 8; ++i) {
-    auto id = rig.tm->Register({.name = fmt::format("p{}", i), .bytes = 256 << 10});
-    ASSERT_TRUE(id.ok());
-    std::vector<uint8_t> c(256 << 10, static_cast<uint8_t>(i));
-    ASSERT_TRUE(rig.tm->WriteHome(*id, c.data()).ok());
-    ids.push_back(*id);
-  }
+  ASSERT_NO_FATAL_FAILURE(RegisterFilled(*rig.tm, 8, "p", &ids));
   auto run_step = [&] {
     for (int pass = 0; pass < 2; ++pass) {  // forward, then backward in reverse
       for (int i = 0; i < 8; ++i) {
-        ShardId id = ids[pass == 0 ? i : 7 - i];
-        auto lease = rig.tm->Acquire(id, Tier::kDevice);
-        ASSERT_TRUE(lease.ok());
-        ASSERT_TRUE(lease->Wait().ok());
-        ASSERT_TRUE(rig.tm->Release(std::move(*lease), false).ok());
+        ASSERT_NO_FATAL_FAILURE(Touch(*rig.tm, ids[pass == 0 ? i : 7 - i], Tier::kDevice));
       }
     }
     rig.tm->EndStep();
@@ -150,13 +160,7 @@ TEST(TierManagerTest, AChangedOrderFallsBackToOnDemandThenRecordsAgain) {
   Rig rig;
   ASSERT_TRUE(rig.Make(3 * (256 << 10), 4 * (256 << 10)).ok());
   std::vector<ShardId> ids;
-  for (int i = 0; i < 8; ++i) {
-    auto id = rig.tm->Register({.name = fmt::format("o{}", i), .bytes = 256 << 10});
-    ASSERT_TRUE(id.ok());
-    std::vector<uint8_t> c(256 << 10, static_cast<uint8_t>(i));
-    ASSERT_TRUE(rig.tm->WriteHome(*id, c.data()).ok());
-    ids.push_back(*id);
-  }
+  ASSERT_NO_FATAL_FAILURE(RegisterFilled(*rig.tm, 8, "o", &ids));
   auto run = [&](const std::vector<int>& order) {
     for (int i : order) {
       auto lease = rig.tm->Acquire(ids[i], Tier::kDevice);
@@ -193,17 +197,11 @@ TEST(TierManagerTest, PrefetchReachesOnlyPrefetchUnitsAhead) {
     ASSERT_TRUE(id.ok());
     ids.push_back(*id);
   }
-  auto touch = [&](ShardId id) {
-    auto lease = (*tm)->Acquire(id, Tier::kHost);
-    ASSERT_TRUE(lease.ok());
-    ASSERT_TRUE(lease->Wait().ok());
-    ASSERT_TRUE((*tm)->Release(std::move(*lease), false).ok());
-  };
-  for (ShardId id : ids) touch(id);
+  for (ShardId id : ids) ASSERT_NO_FATAL_FAILURE(Touch(**tm, id, Tier::kHost));
   for (ShardId id : ids) ASSERT_TRUE((*tm)->Invalidate(id).ok());
   const uint64_t before = (*tm)->stats().nvme_read_bytes;
   (*tm)->EndStep();  // the trace is known: prefetch the first unit only
-  touch(ids[0]);     // and now the second
+  ASSERT_NO_FATAL_FAILURE(Touch(**tm, ids[0], Tier::kHost));  // and now the second
   ASSERT_TRUE((*tm)->Flush().ok());  // waits for reads in flight
   EXPECT_EQ((*tm)->stats().nvme_read_bytes - before, 2u * (256 << 10));
 }
@@ -213,13 +211,7 @@ TEST(TierManagerTest, PrefetchHidesFetchesUnderATightBudget) {
   // Room for 3 of 10 shards on the device and 4 in pinned memory: each step must stream.
   ASSERT_TRUE(rig.Make(3 * (256 << 10), 4 * (256 << 10)).ok());
   std::vector<ShardId> ids;
-  for (int i = 0; i < 10; ++i) {
-    auto id = rig.tm->Register({.name = fmt::format("p{}", i), .bytes = 256 << 10});
-    ASSERT_TRUE(id.ok());
-    std::vector<uint8_t> c(256 << 10, static_cast<uint8_t>(i));
-    ASSERT_TRUE(rig.tm->WriteHome(*id, c.data()).ok());
-    ids.push_back(*id);
-  }
+  ASSERT_NO_FATAL_FAILURE(RegisterFilled(*rig.tm, 10, "p", &ids));
   auto run_step = [&] {
     for (int i = 0; i < 10; ++i) {
       auto lease = rig.tm->Acquire(ids[i], Tier::kDevice);

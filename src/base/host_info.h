@@ -1,0 +1,17 @@
+// src/base/host_info.h — small facts about this machine, and a median for benchmark rounds.
+//
+// Contract: MemAvailableBytes reads MemAvailable from /proc/meminfo (0 when unknown). Median of
+// an empty list is 0; of an even count, the mean of the two middle values.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace zinf {
+
+uint64_t MemAvailableBytes();
+double Median(std::vector<double> values);
+
+}  // namespace zinf
