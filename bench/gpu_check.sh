@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# bench/gpu_check.sh — the one check to run on a lent GPU machine (an H200: sm_90). From the
+# repository root:
+#
+#   bash bench/gpu_check.sh
+#
+# It (a) unpacks the carried Debian packages in .debs/ into /tmp/sysroot unless the caller has
+# already done so (../shared/device/README.md), (b) configures with CUDA for sm_90 into
+# build-gpu and builds with every core, (c) runs the gpu-labelled tests, (d) measures pinned
+# copy bandwidth and the MatmulForward rate (bench/gpu_bandwidth.cu), (e) runs a short
+# training on the GPU (`zinf train --device cuda`) with a device budget below the model's bf16
+# size, and prints a summary table LAST. Each part has its own timeout inside an overall
+# deadline (ZINF_GPU_CHECK_SECONDS, default 345 s), so the whole run stays under 6 minutes.
+# A part that cannot run (no GPU, no trainer yet, a build failure) is reported in the table;
+# the script never stops half way.
+#
+# Results and logs go to $OUT when it is set (the device tool's folder; at most 8 files come
+# back), else to build-gpu/gpu-check: setup.log, ctest.log, bandwidth.json, train.log,
+# train.json, summary.txt.
+#
+# Environment knobs (all optional):
+#   ZINF_GPU_CHECK_BUILD_DIR   build folder (default build-gpu)
+#   ZINF_GPU_CHECK_TARGETS     space-separated targets to build (default: all)
+#   ZINF_GPU_CHECK_JOBS        build jobs (default: every core)
+#   ZINF_GPU_CHECK_SECONDS     overall deadline in seconds (default 345)
+#   ZINF_GPU_CHECK_TRAIN_FLAGS model and budget flags for `zinf train` (default below; not
+#                              --device, --steps or --summary-json, which the script sets)
+#   ZINF_GPU_CHECK_STEPS       training steps (default 20)
+#   ZINF_GPU_CHECK_SYSROOT     where .debs are unpacked (default /tmp/sysroot)
+#
+# Exit status: 0 every part ran and passed, 1 a part failed, 2 no GPU answered.
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 1
+readonly start_s=$SECONDS
+readonly deadline_s=$((start_s + ${ZINF_GPU_CHECK_SECONDS:-345}))
+readonly build_dir=${ZINF_GPU_CHECK_BUILD_DIR:-build-gpu}
+readonly out_dir=${OUT:-$build_dir/gpu-check}
+readonly sysroot=${ZINF_GPU_CHECK_SYSROOT:-/tmp/sysroot}
+# GPT-2 medium's blocks (24 layers, width 1024) on byte tokens (vocab 256): ~302M parameters,
+# ~605 MB in bf16, under a 480 MiB device budget. The budget also holds the executor's fixed
+# buffers (activations of 2 x 512 tokens, one unit's fp32 weights and gradients: ~422 MiB on the
+# CPU backend), so the 16-bit weights page through the device every step. (GPT-2 small's 12 x 768
+# cannot show this: its fixed buffers alone, ~162 MiB at 2 x 256 tokens, reach its 172 MB of
+# bf16.) Optimizer state and param16 homes in host memory (--offload cpu, pinned) keep the run
+# short whatever the machine's disk.
+readonly train_flags=${ZINF_GPU_CHECK_TRAIN_FLAGS:---layers 24 --width 1024 --heads 16 --vocab 256 --seq-len 512 --batch 2 --offload cpu --device-budget 480M --pinned-budget 4G}
+mkdir -p "$out_dir"
+readonly setup_log=$out_dir/setup.log
+: >"$setup_log"
+
+declare -A result  # part -> one-line outcome for the table
+failed=0
+note() { echo "[gpu_check $((SECONDS - start_s))s] $*" | tee -a "$setup_log" >&2; }
+# Seconds a part may take: its cap, or what is left before the deadline minus a reserve.
+budget() {
+  local cap=$1 left=$((deadline_s - SECONDS - ${2:-5}))
+  ((left < cap)) && cap=$left
+  ((cap < 1)) && cap=1
+  echo "$cap"
+}
+# Trims a log so that it comes back from $OUT (16 MiB per file).
+trim() { [ -f "$1" ] && [ "$(stat -c %s "$1")" -gt 8000000 ] && tail -c 8000000 "$1" >"$1.t" && mv "$1.t" "$1"; }
+
+# ---- (a) packages ----------------------------------------------------------------------------
+if [ -d .debs ] && [[ ":${CMAKE_PREFIX_PATH:-}:" != *":$sysroot/usr:"* ]]; then
+  if [ -f .debs/unpack-debs.sh ]; then
+    note "unpacking .debs into $sysroot"
+    if exports=$(timeout "$(budget 60)" bash .debs/unpack-debs.sh .debs "$sysroot" 2>>"$setup_log"); then
+      eval "$exports"
+    else
+      note "unpack-debs.sh failed"
+    fi
+  else
+    note ".debs has no unpack-debs.sh (copy ../shared/device/unpack-debs.sh there)"
+  fi
+fi
+# pkg-config carried as a package (pkgconf pkgconf-bin libpkgconf3) when the image lacks it.
+if ! command -v pkg-config >/dev/null 2>&1 && [ -x "$sysroot/usr/bin/pkg-config" ]; then
+  export PATH="$sysroot/usr/bin:$PATH"
+fi
+command -v pkg-config >/dev/null 2>&1 || note "no pkg-config: configure will fail (carry pkgconf pkgconf-bin libpkgconf3)"
+
+# ---- (b) configure and build -----------------------------------------------------------------
+nvcc_bin=$(command -v nvcc || true)
+[ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc
+generator=()
+keep_going=(-k)
+if command -v ninja >/dev/null 2>&1 && [ ! -f "$build_dir/Makefile" ]; then
+  generator=(-G Ninja)
+  keep_going=(-k 0)
+fi
+[ -f "$build_dir/build.ninja" ] && keep_going=(-k 0)
+cores=${ZINF_GPU_CHECK_JOBS:-$(nproc 2>/dev/null || echo 4)}
+note "configure $build_dir (nvcc: ${nvcc_bin:-none})"
+timeout "$(budget 60)" cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DZINF_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 ${nvcc_bin:+-DCMAKE_CUDA_COMPILER=$nvcc_bin} \
+  >>"$setup_log" 2>&1
+configure_rc=$?
+build_rc=1
+if [ $configure_rc -eq 0 ]; then
+  targets=()
+  for t in ${ZINF_GPU_CHECK_TARGETS:-}; do targets+=(--target "$t"); done
+  note "build ${ZINF_GPU_CHECK_TARGETS:-all targets} with $cores jobs"
+  timeout "$(budget 200 120)" cmake --build "$build_dir" -j "$cores" "${targets[@]}" -- \
+    "${keep_going[@]}" >>"$setup_log" 2>&1
+  build_rc=$?
+  result[build]=$([ $build_rc -eq 0 ] && echo "ok" || echo "FAILED (rc $build_rc, see setup.log)")
+else
+  result[build]="configure FAILED (rc $configure_rc, see setup.log)"
+fi
+[ $build_rc -ne 0 ] && failed=1
+grep -E "error:|Error [0-9]+|CMake Error" "$setup_log" | head -20 >&2
+trim "$setup_log"
+
+# ---- (c) gpu-labelled tests ------------------------------------------------------------------
+ctest_log=$out_dir/ctest.log
+if [ -f "$build_dir/CTestTestfile.cmake" ]; then
+  note "ctest -L gpu"
+  timeout "$(budget 90 90)" ctest --test-dir "$build_dir" -L gpu --output-on-failure \
+    --timeout 80 -j 4 >"$ctest_log" 2>&1
+  ctest_rc=$?
+  summary=$(grep -E "tests passed|No tests were found" "$ctest_log" | tail -1)
+  total=$(sed -nE 's/.* out of ([0-9]+).*/\1/p' <<<"$summary")
+  nfail=$(sed -nE 's/.*, ([0-9]+) tests? failed.*/\1/p' <<<"$summary")
+  nskip=$(grep -c "(Skipped)" "$ctest_log")  # gtest cases ctest lists as skipped
+  if [ -n "$total" ]; then
+    result[tests]="$((total - ${nfail:-0})) passed, ${nfail:-0} failed of $total ctest cases"
+    [ "$nskip" -gt 0 ] && result[tests]+=" ($nskip of them skipped)"
+  else
+    result[tests]="no result (rc $ctest_rc; ${summary:-see ctest.log})"
+  fi
+  [ $ctest_rc -ne 0 ] && failed=1
+  trim "$ctest_log"
+else
+  result[tests]="not run (no build)"
+fi
+
+# ---- (d) bandwidth probe ---------------------------------------------------------------------
+bw_json=$out_dir/bandwidth.json
+gpu_present=0
+command -v nvidia-smi >/dev/null 2>&1 &&
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$setup_log" 2>&1
+if [ -x "$build_dir/bench/gpu_bandwidth" ]; then
+  note "gpu_bandwidth"
+  timeout "$(budget 40 60)" "$build_dir/bench/gpu_bandwidth" >"$bw_json" 2>>"$setup_log"
+  bw_rc=$?
+  grep -q '"h2d_gbps"' "$bw_json" && gpu_present=1
+  [ $bw_rc -ne 0 ] && ! grep -q "no CUDA device" "$bw_json" && failed=1
+else
+  echo '{"error": "bench/gpu_bandwidth was not built"}' >"$bw_json"
+fi
+[ $gpu_present -eq 0 ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
+  gpu_present=1
+
+# ---- (e) short training on the GPU -----------------------------------------------------------
+# When the budget is refused ("... expected at least N"), the run is repeated with N + 32 MiB
+# (at most twice), so that the check still yields figures; the table says so.
+train_json=$out_dir/train.json
+train_log=$out_dir/train.log
+train_used_flags=$train_flags
+rm -f "$train_json"
+run_train() {  # $1: a --device-budget that replaces the flags' one, or empty
+  local -a flags cmd
+  read -r -a flags <<<"$train_flags"
+  if [ -n "${1:-}" ]; then
+    local i found=0
+    for i in "${!flags[@]}"; do
+      if [ "${flags[$i]}" = --device-budget ]; then flags[i+1]=$1; found=1; fi
+    done
+    [ $found -eq 0 ] && flags+=(--device-budget "$1")
+    train_used_flags="${flags[*]}"
+  fi
+  cmd=("$build_dir/zinf" train --device cuda --steps "${ZINF_GPU_CHECK_STEPS:-20}" "${flags[@]}"
+       --summary-json "$train_json")
+  note "${cmd[*]}"
+  timeout "$(budget "$2" 5)" "${cmd[@]}" >>"$train_log" 2>&1
+}
+if [ ! -x "$build_dir/zinf" ]; then
+  result[train]="not run: $build_dir/zinf was not built"
+elif ! "$build_dir/zinf" train --help >/dev/null 2>&1; then
+  result[train]="not run: this zinf has no 'train' subcommand yet"
+elif [ $gpu_present -eq 0 ]; then
+  result[train]="not run: no GPU answers"
+else
+  : >"$train_log"
+  run_train "" 100
+  train_rc=$?
+  retried=""
+  last_need=""
+  # Up to two raises: the config check and the executor each name their own minimum.
+  for _ in 1 2; do
+    need=$(grep -oE "expected at least [0-9]+" "$train_log" | grep -oE "[0-9]+$" | tail -1)
+    if [ $train_rc -eq 0 ] || [ -z "$need" ] || [ "$need" = "$last_need" ] ||
+       [ $((deadline_s - SECONDS)) -lt 40 ]; then
+      break
+    fi
+    last_need=$need
+    retried=" (budget raised to $(((need >> 20) + 32))M: refused, needs >= $((need >> 20)) MiB)"
+    run_train "$(((need >> 20) + 32))M" 100
+    train_rc=$?
+  done
+  if [ $train_rc -eq 0 ] && [ -s "$train_json" ]; then
+    result[train]="ok$retried"
+  else
+    result[train]="FAILED (rc $train_rc$([ $train_rc -eq 124 ] && echo ', timed out')$retried, see train.log)"
+    failed=1
+  fi
+  trim "$train_log"
+fi
+
+# ---- summary table (printed last) ------------------------------------------------------------
+summary_txt=$out_dir/summary.txt
+python3 - "$bw_json" "$train_json" "${result[build]:-}" "${result[tests]:-}" \
+  "${result[train]:-}" "$((SECONDS - start_s))" "$train_used_flags" >"$summary_txt" <<'PY'
+import json, sys
+bw_path, train_path, build, tests, train, elapsed, flags = sys.argv[1:8]
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except Exception as e:  # missing or not JSON
+        return {"error": f"{path}: {e.__class__.__name__}"}
+
+bw, tr = load(bw_path), load(train_path)
+
+def num(d, k, fmt, scale=1.0):
+    v = d.get(k)
+    return fmt.format(v * scale) if isinstance(v, (int, float)) else "n/a"
+
+rows = [("build (CUDA, sm_90)", build), ("gpu ops/tests (ctest -L gpu)", tests)]
+if "error" in bw:
+    rows.append(("GPU / bandwidth probe", bw["error"]))
+else:
+    rows += [("GPU", bw.get("device", "?")),
+             ("H2D pinned GB/s", num(bw, "h2d_gbps", "{:.1f}")),
+             ("D2H pinned GB/s", num(bw, "d2h_gbps", "{:.1f}")),
+             ("MatmulForward TFLOPS bf16/tf32/fp32",
+              "/".join(num(bw, k, "{:.0f}") for k in
+                       ("matmul_tflops_bf16", "matmul_tflops_tf32", "matmul_tflops_fp32"))
+              + f" (n={bw.get('gemm_n')})")]
+rows.append(("train (zinf train --device cuda)", train))
+if train.startswith("ok"):
+    rows.append(("train flags", flags))
+if "error" not in tr:
+    params, tps, step = tr.get("params"), tr.get("tokens_per_s"), tr.get("step_seconds_median")
+    tflops = 6.0 * params * tps / 1e12 if isinstance(params, (int, float)) and \
+        isinstance(tps, (int, float)) else None
+    rows += [("backend / device", f"{tr.get('backend', '?')} / {tr.get('device', '?')}"),
+             ("steps / loss first -> final",
+              f"{tr.get('steps')} / {num(tr, 'first_loss', '{:.4f}')} -> "
+              f"{num(tr, 'final_loss', '{:.4f}')}"),
+             ("params", num(tr, "params", "{:,.0f}")),
+             ("step time median (s)", num(tr, "step_seconds_median", "{:.4f}")),
+             ("tokens/s", num(tr, "tokens_per_s", "{:,.0f}")),
+             ("TFLOPS (6*params*tokens/s)", f"{tflops:.2f}" if tflops is not None else "n/a"),
+             ("stall fraction", num(tr, "stall_fraction", "{:.3f}")),
+             ("peak device / budget (MiB)",
+              num(tr, "peak_device_bytes", "{:.0f}", 2**-20) + " / " +
+              num(tr, "device_budget_bytes", "{:.0f}", 2**-20)),
+             ("NVMe read / write (GB)",
+              num(tr, "nvme_read_bytes", "{:.2f}", 1e-9) + " / " +
+              num(tr, "nvme_write_bytes", "{:.2f}", 1e-9))]
+rows.append(("elapsed (s)", elapsed))
+width = max(len(k) for k, _ in rows)
+print("=" * (width + 40))
+print("zinf gpu_check summary")
+print("-" * (width + 40))
+for k, v in rows:
+    print(f"{k:<{width}}  {v}")
+print("=" * (width + 40))
+PY
+py_rc=$?
+if [ $py_rc -ne 0 ]; then  # no python3: a plain table
+  {
+    echo "zinf gpu_check summary"
+    echo "build: ${result[build]:-}"; echo "tests: ${result[tests]:-}"
+    echo "bandwidth: $(cat "$bw_json")"; echo "train: ${result[train]:-}"
+    [ -f "$train_json" ] && echo "train.json: $(cat "$train_json")"
+  } >"$summary_txt"
+fi
+[ $gpu_present -eq 0 ] && echo "NOTE: no GPU answered on this machine; GPU parts were skipped." >>"$summary_txt"
+cat "$summary_txt"
+if [ $failed -ne 0 ]; then exit 1; fi
+[ $gpu_present -eq 0 ] && exit 2
+exit 0
