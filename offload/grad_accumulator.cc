@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/grad_ops.h"
+#include "kernels/cpu/layer_ops.h"
 
 namespace zinf::offload {
 
@@ -27,7 +28,8 @@ GradAccumulator::~GradAccumulator() {
 }
 
 Result<bool> GradAccumulator::Accumulate(ShardId grad_shard, const void* device_grad,
-                                         kernels::DType type, size_t n, float scale, bool first) {
+                                         kernels::DType type, size_t n, float scale, bool first,
+                                         double* sum_squares) {
   if (n == 0 || n > max_elems_) {
     return InvalidArgument(fmt::format("gradient of {} elements: expected 1..{}", n, max_elems_));
   }
@@ -48,6 +50,7 @@ Result<bool> GradAccumulator::Accumulate(ShardId grad_shard, const void* device_
   float* a = static_cast<float*>(*acc);
   if (first) std::memset(a, 0, 4 * n);
   auto finite = kernels::AccumulateGrad(a, staging_.data, type, n, scale);
+  if (finite.ok() && sum_squares != nullptr) *sum_squares += kernels::cpu::SumSquares(a, n);
   ZINF_RETURN_IF_ERROR(tm_.Release(std::move(lease), finite.ok()));
   return finite;
 }

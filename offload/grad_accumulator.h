@@ -7,7 +7,9 @@
 // the pinned budget is short, the tier manager writes it to its NVMe home and reads it back for
 // the next micro-batch or the optimizer step ("spilled to NVMe when the host budget says so").
 // It returns whether every accumulated value is finite — for free, in the same pass — so a
-// dynamic loss scaler can skip the step before the optimizer touches any state.
+// dynamic loss scaler can skip the step before the optimizer touches any state. With
+// sum_squares set (the last micro-batch of a step), it also adds Σ acc² of the accumulated
+// values to *sum_squares, read while they are still in cache, for the global gradient norm.
 //
 // Thread-safety: one Accumulate at a time per accumulator (one staging block).
 #pragma once
@@ -33,7 +35,7 @@ class GradAccumulator {
 
   // REQUIRES: grad_shard holds 4 * n bytes (fp32); device_grad is device memory of n elements.
   Result<bool> Accumulate(ShardId grad_shard, const void* device_grad, kernels::DType type,
-                          size_t n, float scale, bool first);
+                          size_t n, float scale, bool first, double* sum_squares = nullptr);
 
  private:
   GradAccumulator(TierManager& tm, Device& d, PinnedPool& p) : tm_(tm), device_(d), pool_(p) {}

@@ -17,5 +17,6 @@ void RegisterBenchIo(CLI::App& app, int& exit_code);
 void RegisterTune(CLI::App& app, int& exit_code);
 void RegisterBenchAdam(CLI::App& app, int& exit_code);
 void RegisterBenchSwap(CLI::App& app, int& exit_code);
+void RegisterTrain(CLI::App& app, int& exit_code);
 
 }  // namespace zinf::tools

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   zinf::tools::RegisterTune(app, exit_code);
   zinf::tools::RegisterBenchAdam(app, exit_code);
   zinf::tools::RegisterBenchSwap(app, exit_code);
+  zinf::tools::RegisterTrain(app, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -37,6 +37,8 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   auto rt = std::make_unique<OffloadRuntime>();
   DeviceOptions dopt;
   dopt.budget_bytes = c.zinf.budgets.device_bytes.value_or(kAutoHostDeviceBudget);
+  dopt.kind = options.device_kind;
+  dopt.copy_gbps = options.h2d_gbps;
   auto device = MakeDevice(dopt);
   if (!device.ok()) return device.status().WithContext(c.source + ": zinf.budgets.device_bytes");
   rt->device = std::move(device).value();

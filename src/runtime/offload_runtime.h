@@ -37,6 +37,8 @@ struct OffloadRuntime {
 struct RuntimeOptions {
   uint64_t swap_bytes = 0;  // capacity of the swap file when NVMe is used (> 0 then)
   Tracer* tracer = nullptr;
+  DeviceKind device_kind = DeviceKind::kAuto;  // `zinf train --device`
+  double h2d_gbps = 0;  // host-emulated device: link rate per direction (0 = memcpy speed)
 };
 
 Result<io::EngineOptions> EngineOptionsFromConfig(const Config& config);

@@ -1,0 +1,74 @@
+// src/train/backend.h — the Backend seam: the compute a decoder block needs, on one device.
+//
+// Contract. A Backend<T> runs the GPT-2 layer ops (their math and layouts are those of
+// kernels/cpu/layer_ops.h: llm.c's) on memory of its device, in the order they are called:
+// - CpuBackend (cpu_backend.h): the CPU ops, run at once on the calling thread, on host memory
+//   (the host-emulated device's memory is host memory). T = float for training, double for the
+//   gradient checks.
+// - CudaBackend (cuda_backend.h): the CUDA ops (cuBLAS + our kernels), enqueued on one CUDA
+//   stream; T = float only. Calls return once the work is enqueued.
+// Either way a caller that hands results to another stream or to the host calls Synchronize()
+// first. Every op returns a Status (launch or cuBLAS errors on CUDA, bad arguments on both).
+// Backward ops ACCUMULATE into their gradient outputs.
+// The same model code (gpt.h) runs on both: it only calls this interface.
+//
+// Thread-safety: a Backend is used by one thread at a time (the layer executor).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/cpu/dtype.h"
+#include "zinf/status.h"
+
+namespace zinf::train {
+
+template <typename T>
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;  // "cpu" or "cuda"
+
+  virtual Status EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B,
+                                int seq, int C) = 0;
+  virtual Status EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B,
+                                 int seq, int C) = 0;
+  virtual Status LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight,
+                                  const T* bias, int N, int C) = 0;
+  virtual Status LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                                   const T* weight, const T* mean, const T* rstd, int N,
+                                   int C) = 0;
+  virtual Status MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int N, int C,
+                               int OC) = 0;
+  virtual Status MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                                const T* weight, int N, int C, int OC) = 0;
+  // scratch: AttentionScratchElems(...) elements, used by forward and backward alike; att is
+  // kept between a forward and its backward (the probabilities).
+  virtual size_t AttentionScratchElems(int B, int seq, int C, int NH) const = 0;
+  virtual Status AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int seq, int C,
+                                  int NH) = 0;
+  virtual Status AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att,
+                                   int B, int seq, int C, int NH) = 0;
+  virtual Status GeluForward(T* out, const T* inp, size_t n) = 0;
+  virtual Status GeluBackward(T* dinp, const T* inp, const T* dout, size_t n) = 0;
+  virtual Status ResidualForward(T* out, const T* a, const T* b, size_t n) = 0;
+  virtual Status AddInPlace(T* dst, const T* src, size_t n) = 0;
+  virtual Status CrossEntropyForward(T* losses, T* probs, const T* logits, const int32_t* targets,
+                                     int N, int V) = 0;
+  // dlogits[i,:] += dloss_each * (probs[i,:] - onehot(targets[i])): one dloss for every row.
+  virtual Status CrossEntropyBackward(T* dlogits, const T* probs, const int32_t* targets,
+                                      T dloss_each, int N, int V) = 0;
+
+  virtual Status Zero(T* x, size_t n) = 0;
+  // out[i] = in[i] widened from a 16-bit type (bf16 or fp16) or copied from fp32 (T = float only;
+  // Unimplemented for double).
+  virtual Status Widen(T* out, const void* in, kernels::DType type, size_t n) = 0;
+  // out[i] = in[i] rounded to nearest even as bf16 or fp16 (T = float only): the gradients
+  // handed to the host in the working precision, as a GPU would send them.
+  virtual Status Narrow(void* out, const T* in, kernels::DType type, size_t n) = 0;
+  // Waits until every op called so far has finished; their first error.
+  virtual Status Synchronize() = 0;
+};
+
+}  // namespace zinf::train

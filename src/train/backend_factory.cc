@@ -1,0 +1,21 @@
+#include "src/train/backend_factory.h"
+
+#include "src/train/cpu_backend.h"
+#if ZINF_HAVE_CUDA_BACKEND
+#include "src/train/cuda_backend.h"
+#endif
+
+namespace zinf::train {
+
+Result<std::unique_ptr<Backend<float>>> MakeBackend(Device& device, Stream* compute, int threads) {
+  if (device.kind() == DeviceKind::kCuda) {
+#if ZINF_HAVE_CUDA_BACKEND
+    return MakeCudaBackend(device, compute);
+#else
+    return Unimplemented("the CUDA backend is not built: configure with -DZINF_CUDA=ON");
+#endif
+  }
+  return MakeCpuBackend<float>({.threads = threads});
+}
+
+}  // namespace zinf::train

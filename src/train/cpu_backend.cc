@@ -1,0 +1,149 @@
+#include "src/train/cpu_backend.h"
+
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/cast.h"
+
+namespace zinf::train {
+namespace {
+
+namespace ops = kernels::cpu;
+
+Status CheckShape(const char* op, std::initializer_list<long> dims) {
+  for (long d : dims) {
+    if (d <= 0) return InvalidArgument(fmt::format("{}: dimensions must be positive", op));
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+class CpuBackend final : public Backend<T> {
+ public:
+  explicit CpuBackend(const ops::OpOptions& o) : o_(o) {}
+  std::string_view name() const override { return "cpu"; }
+
+  Status EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int seq,
+                        int C) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("EncoderForward", {B, seq, C}));
+    ops::EncoderForward(out, tokens, wte, wpe, B, seq, C, o_);
+    return Status::Ok();
+  }
+  Status EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int seq,
+                         int C) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("EncoderBackward", {B, seq, C}));
+    ops::EncoderBackward(dwte, dwpe, dout, tokens, B, seq, C, o_);
+    return Status::Ok();
+  }
+  Status LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                          int N, int C) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("LayerNormForward", {N, C}));
+    ops::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C, o_);
+    return Status::Ok();
+  }
+  Status LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                           const T* weight, const T* mean, const T* rstd, int N, int C) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("LayerNormBackward", {N, C}));
+    ops::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, o_);
+    return Status::Ok();
+  }
+  Status MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int N, int C,
+                       int OC) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("MatmulForward", {N, C, OC}));
+    ops::MatmulForward(out, inp, weight, bias, N, C, OC, o_);
+    return Status::Ok();
+  }
+  Status MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                        const T* weight, int N, int C, int OC) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("MatmulBackward", {N, C, OC}));
+    ops::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, o_);
+    return Status::Ok();
+  }
+  size_t AttentionScratchElems(int B, int seq, int C, int NH) const override {
+    return ops::AttentionBackwardScratchElems(B, seq, C, NH);
+  }
+  Status AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int seq, int C,
+                          int NH) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("AttentionForward", {B, seq, C, NH}));
+    if (C % NH != 0) return InvalidArgument("AttentionForward: C must be divisible by NH");
+    ops::AttentionForward(out, att, qkv, B, seq, C, NH, o_);
+    return Status::Ok();
+  }
+  Status AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
+                           int seq, int C, int NH) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("AttentionBackward", {B, seq, C, NH}));
+    ops::AttentionBackward(dqkv, scratch, dout, qkv, att, B, seq, C, NH, o_);
+    return Status::Ok();
+  }
+  Status GeluForward(T* out, const T* inp, size_t n) override {
+    ops::GeluForward(out, inp, n, o_);
+    return Status::Ok();
+  }
+  Status GeluBackward(T* dinp, const T* inp, const T* dout, size_t n) override {
+    ops::GeluBackward(dinp, inp, dout, n, o_);
+    return Status::Ok();
+  }
+  Status ResidualForward(T* out, const T* a, const T* b, size_t n) override {
+    ops::ResidualForward(out, a, b, n, o_);
+    return Status::Ok();
+  }
+  Status AddInPlace(T* dst, const T* src, size_t n) override {
+    ops::AddInPlace(dst, src, n, o_);
+    return Status::Ok();
+  }
+  Status CrossEntropyForward(T* losses, T* probs, const T* logits, const int32_t* targets, int N,
+                             int V) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("CrossEntropyForward", {N, V}));
+    ops::CrossEntropyForward(losses, probs, logits, targets, N, V, o_);
+    return Status::Ok();
+  }
+  Status CrossEntropyBackward(T* dlogits, const T* probs, const int32_t* targets, T dloss_each,
+                              int N, int V) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("CrossEntropyBackward", {N, V}));
+    dloss_.assign(static_cast<size_t>(N), dloss_each);
+    ops::CrossEntropyBackward(dlogits, probs, targets, dloss_.data(), N, V, o_);
+    return Status::Ok();
+  }
+  Status Zero(T* x, size_t n) override {
+    if (n > 0) std::memset(x, 0, n * sizeof(T));
+    return Status::Ok();
+  }
+  Status Widen(T* out, const void* in, kernels::DType type, size_t n) override {
+    if constexpr (std::is_same_v<T, float>) {
+      if (type == kernels::DType::kF32) {
+        std::memcpy(out, in, n * sizeof(float));
+        return Status::Ok();
+      }
+      return kernels::CastToF32(in, type, out, n);
+    } else {
+      return Unimplemented("Widen: the double backend takes its weights as double");
+    }
+  }
+  Status Narrow(void* out, const T* in, kernels::DType type, size_t n) override {
+    if constexpr (std::is_same_v<T, float>) {
+      return kernels::CastFromF32(in, out, type, n);
+    } else {
+      return Unimplemented("Narrow: the double backend keeps its gradients in double");
+    }
+  }
+  Status Synchronize() override { return Status::Ok(); }
+
+ private:
+  ops::OpOptions o_;
+  std::vector<T> dloss_;  // (N) the per-row loss gradient the CPU op takes
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Backend<T>> MakeCpuBackend(const kernels::cpu::OpOptions& options) {
+  return std::make_unique<CpuBackend<T>>(options);
+}
+
+template std::unique_ptr<Backend<float>> MakeCpuBackend<float>(const kernels::cpu::OpOptions&);
+template std::unique_ptr<Backend<double>> MakeCpuBackend<double>(const kernels::cpu::OpOptions&);
+
+}  // namespace zinf::train

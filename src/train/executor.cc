@@ -1,0 +1,475 @@
+#include "src/train/executor.h"
+
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "io/aligned_buffer.h"
+#include "kernels/cpu/cast.h"
+#include "src/base/units.h"
+
+namespace zinf::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using offload::Tier;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+uint64_t Param16Bytes(uint64_t n) { return 2 * n; }
+
+}  // namespace
+
+LayerExecutor::LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, const GptDims& d,
+                             const ExecutorOptions& o)
+    : rt_(rt), be_(be), compute_(s), dims_(d), options_(o) {}
+
+LayerExecutor::~LayerExecutor() {
+  if (compute_ != nullptr) rt_.device->StreamSynchronize(compute_).IgnoreError();
+  be_.Synchronize().IgnoreError();
+  pipeline_.reset();
+  accumulator_.reset();
+  rt_.device->Free(arena_).IgnoreError();
+  rt_.device->FreePinned(host_io_).IgnoreError();
+}
+
+Result<std::unique_ptr<LayerExecutor>> LayerExecutor::Create(OffloadRuntime& rt,
+                                                             Backend<float>& be, Stream* compute,
+                                                             const GptDims& dims,
+                                                             const ExecutorOptions& options) {
+  if (options.param16_type != kernels::DType::kBf16 && options.param16_type != kernels::DType::kF16) {
+    return InvalidArgument("the working copy of the weights must be bf16 or fp16");
+  }
+  if (options.batch < 1) return InvalidArgument("micro-batch size must be >= 1");
+  if (options.seq < 0 || options.seq > dims.seq) {
+    return InvalidArgument(fmt::format("sequence length {}: expected 1..{} (zinf.model.seq_len)",
+                                       options.seq, dims.seq));
+  }
+  if ((options.optimizer_on_nvme || options.params_on_nvme) && rt.swap == nullptr) {
+    return FailedPrecondition("NVMe offload asked for but the runtime has no swap space");
+  }
+  std::unique_ptr<LayerExecutor> e(new LayerExecutor(rt, be, compute, dims, options));
+  e->batch_ = options.batch;
+  e->seq_ = options.seq == 0 ? dims.seq : options.seq;
+  ZINF_RETURN_IF_ERROR(e->Setup());
+  return e;
+}
+
+Status LayerExecutor::Setup() {
+  ZINF_RETURN_IF_ERROR(RegisterShards());
+  const uint64_t max_n = dims_.MaxUnitParams();
+  if (options_.optimizer_on_nvme) {
+    offload::OptimizerPipelineOptions po;
+    po.depth = options_.pipeline_slabs;
+    po.adam = options_.adam;
+    po.param16_type = options_.param16_type;
+    po.tracer = options_.tracer;
+    po.grads = rt_.tiers.get();
+    ZINF_ASSIGN_OR_RETURN(pipeline_,
+                          offload::OptimizerPipeline::Create(*rt_.swap, *rt_.pool, max_n, po));
+  }
+  ZINF_ASSIGN_OR_RETURN(accumulator_, offload::GradAccumulator::Create(*rt_.tiers, *rt_.device,
+                                                                       *rt_.pool, max_n));
+  return AllocateDevice();
+}
+
+Status LayerExecutor::RegisterShards() {
+  offload::TierManager& tm = *rt_.tiers;
+  const bool p16_nvme = options_.params_on_nvme || options_.optimizer_on_nvme;
+  const bool grad_nvme = rt_.swap != nullptr;
+  for (uint32_t u = 0; u < dims_.units(); ++u) {
+    const uint64_t n = dims_.UnitParams(u);
+    offload::OptimizerUnit ou;
+    ou.n = n;
+    ou.grad_type = kernels::DType::kF32;
+    if (options_.optimizer_on_nvme) {
+      offload::SwapSpace& sw = *rt_.swap;
+      ZINF_ASSIGN_OR_RETURN(ou.master, sw.Allocate(4 * n));
+      ZINF_ASSIGN_OR_RETURN(ou.exp_avg, sw.Allocate(4 * n));
+      ZINF_ASSIGN_OR_RETURN(ou.exp_avg_sq, sw.Allocate(4 * n));
+      ZINF_ASSIGN_OR_RETURN(ou.param16, sw.Allocate(Param16Bytes(n)));
+    } else {
+      master_.emplace_back(n);
+      exp_avg_.emplace_back(n);
+      exp_avg_sq_.emplace_back(n);
+      if (p16_nvme) {
+        ZINF_ASSIGN_OR_RETURN(ou.param16, rt_.swap->Allocate(Param16Bytes(n)));
+      }
+    }
+    offload::ShardSpec p{.name = dims_.UnitName(u) + ".param16", .unit = u,
+                         .role = offload::Role::kParam16, .bytes = Param16Bytes(n),
+                         .home = p16_nvme ? Tier::kNvme : Tier::kHost};
+    if (p16_nvme) p.home_extent = ou.param16;
+    ZINF_ASSIGN_OR_RETURN(offload::ShardId pid, tm.Register(p));
+    ZINF_ASSIGN_OR_RETURN(offload::ShardId gid,
+                          tm.Register({.name = dims_.UnitName(u) + ".grad", .unit = u,
+                                       .role = offload::Role::kGrad, .bytes = 4 * n,
+                                       .home = grad_nvme ? Tier::kNvme : Tier::kHost}));
+    p16_.push_back(pid);
+    grad_.push_back(gid);
+    ou.grad_shard = gid;
+    opt_units_.push_back(ou);
+  }
+  if (!options_.optimizer_on_nvme) p16_staging_.resize(dims_.MaxUnitParams());
+  return Status::Ok();
+}
+
+Status LayerExecutor::AllocateDevice() {
+  const GptDims& d = dims_;
+  const int B = batch_, T = seq_;
+  const uint64_t N = static_cast<uint64_t>(B) * T, NC = N * d.C;
+  const uint64_t att = be_.AttentionScratchElems(B, T, d.C, d.NH);
+  struct Part { float** ptr; uint64_t elems; };
+  const uint64_t token_floats = 2 * N;  // tokens and targets, int32 each
+  std::vector<Part> parts = {
+      {&xs_, NC * (d.L + 1)},
+      {&acts_, BlockActsElems(d, B, T)},
+      {&head_, HeadActsElems(d, B, T)},
+      {&dres_, NC},
+      {&scratch_, BlockGradScratchElems(d, B, T, att)},
+      {&wbuf_, d.MaxUnitParams()},
+      {&wemb_, d.UnitParams(0)},
+      {&gbuf_, d.MaxUnitParams()},
+      {&gemb_, d.UnitParams(0)},
+  };
+  uint64_t total = token_floats * 4 + (2 * d.MaxUnitParams() + 255) / 256 * 256;
+  for (auto& p : parts) total += (p.elems * 4 + 255) / 256 * 256;
+  stats_.device_buffer_bytes = total;
+  const uint64_t need_p16 = Param16Bytes(d.MaxUnitParams()) + Param16Bytes(d.UnitParams(0));
+  if (total + need_p16 > rt_.device->budget_bytes()) {
+    return ResourceExhausted(fmt::format(
+        "zinf.budgets.device_bytes: {} ({}) cannot hold the executor's buffers ({}: activations "
+        "for a micro-batch of {}x{} tokens, fp32 weights and gradients of the largest unit) plus "
+        "two units' 16-bit weights ({}); expected at least {} or a smaller model / micro-batch",
+        rt_.device->budget_bytes(), FormatBytesHuman(rt_.device->budget_bytes()),
+        FormatBytesHuman(total), B, T, FormatBytesHuman(need_p16), total + need_p16));
+  }
+  ZINF_ASSIGN_OR_RETURN(arena_, rt_.device->Allocate(total));
+  auto* base = static_cast<uint8_t*>(arena_);
+  d_tokens_ = reinterpret_cast<int32_t*>(base);
+  d_targets_ = d_tokens_ + N;
+  g16_ = base + token_floats * 4;
+  uint64_t off = token_floats * 4 + (2 * d.MaxUnitParams() + 255) / 256 * 256;
+  for (auto& p : parts) {
+    *p.ptr = reinterpret_cast<float*>(base + off);
+    off += (p.elems * 4 + 255) / 256 * 256;
+  }
+  ZINF_ASSIGN_OR_RETURN(host_io_, rt_.device->AllocatePinned(std::max<uint64_t>(12 * N, 4096)));
+  return Status::Ok();
+}
+
+Status LayerExecutor::WriteNvme(const offload::Extent& e, const void* src, uint64_t bytes) {
+  const uint64_t padded = rt_.swap->Padded(bytes);
+  ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(padded, 4096));
+  std::memcpy(buf.data(), src, bytes);
+  std::memset(buf.data() + bytes, 0, padded - bytes);
+  return rt_.swap->engine().Write(rt_.swap->file(), e.offset, buf.data(), padded);
+}
+
+Status LayerExecutor::ReadNvme(const offload::Extent& e, void* dst, uint64_t bytes) {
+  const uint64_t padded = rt_.swap->Padded(bytes);
+  ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(padded, 4096));
+  ZINF_RETURN_IF_ERROR(rt_.swap->engine().Read(rt_.swap->file(), e.offset, buf.data(), padded));
+  std::memcpy(dst, buf.data(), bytes);
+  return Status::Ok();
+}
+
+Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
+  if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
+  const uint64_t n = dims_.UnitParams(unit);
+  std::vector<uint16_t> p16(n);
+  ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16.data(), options_.param16_type, n));
+  const offload::OptimizerUnit& ou = opt_units_[unit];
+  if (options_.optimizer_on_nvme) {
+    ZINF_RETURN_IF_ERROR(WriteNvme(ou.master, master, 4 * n));
+    std::vector<float> zeros(n, 0.0f);
+    ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg, zeros.data(), 4 * n));
+    ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg_sq, zeros.data(), 4 * n));
+  } else {
+    std::memcpy(master_[unit].data(), master, 4 * n);
+    std::fill(exp_avg_[unit].begin(), exp_avg_[unit].end(), 0.0f);
+    std::fill(exp_avg_sq_[unit].begin(), exp_avg_sq_[unit].end(), 0.0f);
+  }
+  return rt_.tiers->WriteHome(p16_[unit], p16.data());
+}
+
+Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
+  if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
+  const uint64_t n = dims_.UnitParams(unit);
+  if (options_.optimizer_on_nvme) return ReadNvme(opt_units_[unit].master, master, 4 * n);
+  std::memcpy(master, master_[unit].data(), 4 * n);
+  return Status::Ok();
+}
+
+Status LayerExecutor::InitWeights(uint64_t seed) {
+  std::vector<float> w(dims_.MaxUnitParams());
+  for (uint32_t u = 0; u < dims_.units(); ++u) {
+    InitUnit(dims_, u, seed, w.data());
+    ZINF_RETURN_IF_ERROR(SetUnitWeights(u, w.data()));
+  }
+  return Status::Ok();
+}
+
+Status LayerExecutor::FetchWeights(uint32_t unit, float* dst) {
+  offload::TierManager& tm = *rt_.tiers;
+  auto t0 = Clock::now();
+  ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16_[unit], Tier::kDevice));
+  auto ptr = lease.Wait();
+  stats_.stall_seconds += Since(t0);
+  Status s = ptr.ok() ? be_.Widen(dst, *ptr, options_.param16_type, dims_.UnitParams(unit))
+                      : ptr.status();
+  // The widening reads the lease: it must be done before the copy may be evicted.
+  if (s.ok()) s = be_.Synchronize();
+  Status r = tm.Release(std::move(lease), false);
+  ZINF_RETURN_IF_ERROR(s);
+  return r;
+}
+
+Status LayerExecutor::Upload(const int32_t* tokens, const int32_t* targets) {
+  const uint64_t N = static_cast<uint64_t>(batch_) * seq_;
+  for (uint64_t i = 0; i < N; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= dims_.V || targets[i] < 0 || targets[i] >= dims_.V) {
+      return InvalidArgument(fmt::format("token {} at position {} is outside the vocabulary 0..{}",
+                                         tokens[i] < 0 || tokens[i] >= dims_.V ? tokens[i] : targets[i],
+                                         i, dims_.V - 1));
+    }
+  }
+  auto* h = static_cast<int32_t*>(host_io_);
+  std::memcpy(h, tokens, 4 * N);
+  std::memcpy(h + N, targets, 4 * N);
+  ZINF_RETURN_IF_ERROR(be_.Synchronize());
+  ZINF_RETURN_IF_ERROR(rt_.device->CopyToDevice(compute_, d_tokens_, h, 8 * N));
+  return rt_.device->StreamSynchronize(compute_);
+}
+
+Result<double> LayerExecutor::ForwardAll() {
+  const GptDims& d = dims_;
+  const int B = batch_, T = seq_;
+  const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
+  const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
+  const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
+  ZINF_RETURN_IF_ERROR(FetchWeights(0, wemb_));
+  auto t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(EmbeddingForward<float>(be_, d, ViewEmbedding<const float>(wemb_, d),
+                                               d_tokens_, xs_, B, T));
+  stats_.compute_seconds += Since(t0);
+  for (int l = 0; l < d.L; ++l) {
+    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_));
+    t0 = Clock::now();
+    ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, ViewBlock<const float>(wbuf_, d),
+                                             xs_ + NC * l, xs_ + NC * (l + 1), a, scratch_, B, T));
+    ZINF_RETURN_IF_ERROR(be_.Synchronize());
+    stats_.compute_seconds += Since(t0);
+  }
+  ZINF_RETURN_IF_ERROR(FetchWeights(d.final_unit(), wbuf_));
+  t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(HeadForward<float>(be_, d, ViewFinal<const float>(wbuf_, d), wemb_,
+                                          xs_ + NC * d.L, d_targets_, h, B, T));
+  // The mean loss, summed on the host in a fixed order.
+  const uint64_t N = static_cast<uint64_t>(B) * T;
+  float* losses = reinterpret_cast<float*>(static_cast<int32_t*>(host_io_) + 2 * N);
+  ZINF_RETURN_IF_ERROR(be_.Synchronize());
+  ZINF_RETURN_IF_ERROR(rt_.device->CopyToHost(compute_, losses, h.losses, 4 * N));
+  ZINF_RETURN_IF_ERROR(rt_.device->StreamSynchronize(compute_));
+  stats_.compute_seconds += Since(t0);
+  double sum = 0;
+  for (uint64_t i = 0; i < N; ++i) sum += losses[i];
+  return sum / static_cast<double>(N);
+}
+
+Status LayerExecutor::HandOverGrad(uint32_t unit, const float* grad, float scale, bool first,
+                                   bool last, bool* finite) {
+  auto t0 = Clock::now();
+  const uint64_t n = dims_.UnitParams(unit);
+  ZINF_RETURN_IF_ERROR(be_.Narrow(g16_, grad, options_.param16_type, n));
+  ZINF_RETURN_IF_ERROR(be_.Synchronize());
+  ZINF_ASSIGN_OR_RETURN(bool ok, accumulator_->Accumulate(grad_[unit], g16_, options_.param16_type,
+                                                          n, scale, first,
+                                                          last ? &grad_sum_squares_ : nullptr));
+  *finite = *finite && ok;
+  stats_.grad_seconds += Since(t0);
+  return Status::Ok();
+}
+
+Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
+                                                        const int32_t* targets, float loss_scale,
+                                                        float accumulate_scale, bool first,
+                                                        bool last) {
+  const GptDims& d = dims_;
+  const int B = batch_, T = seq_;
+  const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
+  ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
+  MicroBatchResult r;
+  ZINF_ASSIGN_OR_RETURN(r.loss, ForwardAll());
+  if (last) grad_sum_squares_ = 0;
+
+  const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
+  const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
+  const uint32_t fin = d.final_unit();
+  // Head: the final unit's weights are still in wbuf_ from the forward; the embedding's in wemb_.
+  auto t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(be_.Zero(gemb_, d.UnitParams(0)));
+  ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(fin)));
+  ZINF_RETURN_IF_ERROR(HeadBackward<float>(be_, d, ViewFinal<const float>(wbuf_, d),
+                                           ViewFinal(gbuf_, d), wemb_, gemb_, xs_ + NC * d.L,
+                                           d_targets_, h, dres_, loss_scale, B, T));
+  stats_.compute_seconds += Since(t0);
+  ZINF_RETURN_IF_ERROR(HandOverGrad(fin, gbuf_, accumulate_scale, first, last, &r.finite));
+  for (int l = d.L - 1; l >= 0; --l) {
+    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_));
+    t0 = Clock::now();
+    const BlockView<const float> w = ViewBlock<const float>(wbuf_, d);
+    // Recompute the block's activations from its checkpointed input (the output lands in the
+    // next block's input slot, no longer needed), then its backward.
+    ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, w, xs_ + NC * l, xs_ + NC * (l + 1), a,
+                                             scratch_, B, T));
+    ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(l + 1)));
+    ZINF_RETURN_IF_ERROR(BlockBackward<float>(be_, d, w, ViewBlock(gbuf_, d), xs_ + NC * l, a,
+                                              dres_, scratch_, B, T));
+    stats_.compute_seconds += Since(t0);
+    ZINF_RETURN_IF_ERROR(HandOverGrad(l + 1, gbuf_, accumulate_scale, first, last, &r.finite));
+  }
+  t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(EmbeddingBackward<float>(be_, d, ViewEmbedding(gemb_, d), d_tokens_, dres_,
+                                                B, T));
+  stats_.compute_seconds += Since(t0);
+  ZINF_RETURN_IF_ERROR(HandOverGrad(0, gemb_, accumulate_scale, first, last, &r.finite));
+  return r;
+}
+
+Result<double> LayerExecutor::Evaluate(const int32_t* tokens, const int32_t* targets) {
+  ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
+  return ForwardAll();
+}
+
+Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::AdamHyper& hyper) {
+  auto t0 = Clock::now();
+  offload::TierManager& tm = *rt_.tiers;
+  offload::OptimizerStepStats st;
+  if (pipeline_ != nullptr) {
+    ZINF_ASSIGN_OR_RETURN(st, pipeline_->Step(opt_units_, hyper));
+    // The pipeline rewrote every param16 home: the cached copies are stale.
+    for (auto id : p16_) ZINF_RETURN_IF_ERROR(tm.Invalidate(id));
+  } else {
+    for (uint32_t u = 0; u < dims_.units(); ++u) {
+      const uint64_t n = dims_.UnitParams(u);
+      ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[u], Tier::kHost));
+      auto g = lease.Wait();
+      if (!g.ok()) {
+        tm.Release(std::move(lease), false).IgnoreError();
+        return g.status();
+      }
+      kernels::AdamBuffers b{master_[u].data(), *g, kernels::DType::kF32, exp_avg_[u].data(),
+                             exp_avg_sq_[u].data(), kernels::DType::kF32, p16_staging_.data(),
+                             options_.param16_type, n};
+      auto a0 = Clock::now();
+      auto r = kernels::AdamStep(hyper, b, options_.adam);
+      st.adam_seconds += Since(a0);
+      ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
+      ZINF_RETURN_IF_ERROR(r.status());
+      ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
+      ++st.units;
+    }
+    st.seconds = Since(t0);
+  }
+  stats_.optimizer_seconds += Since(t0);
+  stats_.adam_seconds += st.adam_seconds;
+  return st;
+}
+
+void LayerExecutor::EndStep() { rt_.tiers->EndStep(); }
+
+}  // namespace zinf::train
+
+namespace zinf::train {
+
+Result<ProfileBounds> LayerExecutor::MeasureBounds(const int32_t* tokens, const int32_t* targets,
+                                                   uint64_t micro_batches) {
+  const GptDims& d = dims_;
+  const int B = batch_, T = seq_;
+  const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
+  ProfileBounds b;
+  // Compute alone: the same ops as ForwardBackward, no fetches, no gradient hand-over.
+  ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
+  ZINF_RETURN_IF_ERROR(FetchWeights(0, wemb_));
+  ZINF_RETURN_IF_ERROR(FetchWeights(d.L > 0 ? 1 : d.final_unit(), wbuf_));
+  const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
+  const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
+  auto t0 = Clock::now();
+  for (uint64_t m = 0; m < micro_batches; ++m) {
+    const BlockView<const float> w = ViewBlock<const float>(wbuf_, d);
+    ZINF_RETURN_IF_ERROR(EmbeddingForward<float>(be_, d, ViewEmbedding<const float>(wemb_, d),
+                                                 d_tokens_, xs_, B, T));
+    for (int l = 0; l < d.L; ++l) {
+      ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, w, xs_ + NC * l, xs_ + NC * (l + 1), a,
+                                               scratch_, B, T));
+    }
+    ZINF_RETURN_IF_ERROR(HeadForward<float>(be_, d, ViewFinal<const float>(wbuf_, d), wemb_,
+                                            xs_ + NC * d.L, d_targets_, h, B, T));
+    ZINF_RETURN_IF_ERROR(be_.Zero(gemb_, d.UnitParams(0)));
+    ZINF_RETURN_IF_ERROR(HeadBackward<float>(be_, d, ViewFinal<const float>(wbuf_, d),
+                                             ViewFinal(gbuf_, d), wemb_, gemb_, xs_ + NC * d.L,
+                                             d_targets_, h, dres_, 1.0f, B, T));
+    for (int l = d.L - 1; l >= 0; --l) {
+      ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, w, xs_ + NC * l, xs_ + NC * (l + 1), a,
+                                               scratch_, B, T));
+      ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(d.L > 0 ? 1 : 0)));
+      ZINF_RETURN_IF_ERROR(BlockBackward<float>(be_, d, w, ViewBlock(gbuf_, d), xs_ + NC * l, a,
+                                                dres_, scratch_, B, T));
+    }
+    ZINF_RETURN_IF_ERROR(EmbeddingBackward<float>(be_, d, ViewEmbedding(gemb_, d), d_tokens_,
+                                                  dres_, B, T));
+    ZINF_RETURN_IF_ERROR(be_.Synchronize());
+  }
+  b.compute_seconds = Since(t0);
+
+  // NVMe alone: the optimizer state's extents (or the 16-bit weights' when the optimizer state
+  // is in memory), read and then written back unchanged, one unit at a time at full depth.
+  if (rt_.swap != nullptr) {
+    std::vector<offload::Extent> extents;
+    for (const auto& ou : opt_units_) {
+      for (const offload::Extent* e : {&ou.master, &ou.exp_avg, &ou.exp_avg_sq, &ou.param16}) {
+        if (e->bytes > 0) extents.push_back(*e);
+      }
+    }
+    uint64_t max_bytes = 0, total = 0;
+    for (const auto& e : extents) {
+      max_bytes = std::max(max_bytes, rt_.swap->Padded(e.bytes));
+      total += rt_.swap->Padded(e.bytes);
+    }
+    ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(max_bytes, 4096));
+    double read_s = 0, write_s = 0;
+    for (const auto& e : extents) {
+      const uint64_t n = rt_.swap->Padded(e.bytes);
+      auto r0 = Clock::now();
+      ZINF_RETURN_IF_ERROR(rt_.swap->engine().Read(rt_.swap->file(), e.offset, buf.data(), n));
+      read_s += Since(r0);
+      auto w0 = Clock::now();
+      ZINF_RETURN_IF_ERROR(rt_.swap->engine().Write(rt_.swap->file(), e.offset, buf.data(), n));
+      write_s += Since(w0);
+    }
+    if (read_s > 0) b.read_gbps = static_cast<double>(total) / read_s / 1e9;
+    if (write_s > 0) b.write_gbps = static_cast<double>(total) / write_s / 1e9;
+  }
+
+  // Adam alone, over scratch state of each unit's size in memory.
+  const uint64_t max_n = d.MaxUnitParams();
+  std::vector<float> p(max_n, 0.01f), g(max_n, 1e-3f), m(max_n, 0.0f), v(max_n, 0.0f);
+  std::vector<uint16_t> p16(max_n);
+  kernels::AdamHyper hyper;
+  hyper.adamw = true;
+  auto a0 = Clock::now();
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    kernels::AdamBuffers ab{p.data(), g.data(), kernels::DType::kF32, m.data(), v.data(),
+                            kernels::DType::kF32, p16.data(), options_.param16_type,
+                            d.UnitParams(u)};
+    ZINF_RETURN_IF_ERROR(kernels::AdamStep(hyper, ab, options_.adam).status());
+  }
+  b.adam_seconds = Since(a0);
+  return b;
+}
+
+}  // namespace zinf::train

@@ -1,0 +1,159 @@
+// src/train/executor.h — the layer executor: one GPT-2 training step over paged weights.
+//
+// Contract. The executor owns the model's shards in the runtime's tier manager and its device
+// buffers, and runs:
+// - ForwardBackward (one micro-batch): forward over the units, each unit's param16 acquired in
+//   the device tier through the tier manager (prefetched ahead once the first step recorded the
+//   order), widened to fp32 into a device buffer, and released; the block inputs are kept
+//   (per-block activation checkpointing). Backward in reverse: each block's forward is recomputed
+//   from its checkpointed input, then its backward; each unit's gradients go to the offload core
+//   (GradAccumulator: fp32, host tier, spilled to NVMe when the pinned budget is short) as soon as
+//   they exist, multiplied by accumulate_scale. They cross to the host in the working precision
+//   (bf16 or fp16, rounded to nearest even), as DeepSpeed's are: half the link traffic, and an fp16
+//   gradient that overflows arrives as inf, which the accumulation reports (dynamic loss scaling). The head is tied to the embedding: the widened
+//   embedding kept from the forward serves the head, and the embedding's gradient collects both
+//   uses on the device before it is handed over once.
+// - OptimizerStep: Adam/AdamW over every unit. With the optimizer state on NVMe, the pipelined
+//   OptimizerPipeline (read-ahead, write-behind) writes each unit's new param16 to its NVMe home
+//   and the tier manager's copies are invalidated; with it in host memory, the same AdamStep runs
+//   on host arrays and the new param16 is written home through the tier manager. Adam is
+//   elementwise, so both give bit-identical results, and so does the whole step whatever the
+//   budgets: offload changes where bytes live, never the arithmetic.
+// Homes: param16 on NVMe when params_on_nvme or optimizer_on_nvme (the optimizer pipeline writes
+// them there), else in host memory; fp32 gradients on NVMe whenever the runtime has a swap space.
+// Device memory (activations, widened weights, one unit's gradients) is allocated once from the
+// device budget at Create; what remains holds the param16 copies. Too small a budget is refused
+// at Create with the numbers.
+//
+// Thread-safety: one thread drives an executor (it owns the Backend's stream).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/adam.h"
+#include "offload/grad_accumulator.h"
+#include "offload/optimizer_pipeline.h"
+#include "src/runtime/offload_runtime.h"
+#include "src/train/backend.h"
+#include "src/train/gpt.h"
+
+namespace zinf::train {
+
+struct ExecutorOptions {
+  int batch = 1;  // sequences per micro-batch (B)
+  int seq = 0;    // tokens per sequence; 0 = the model's seq
+  kernels::DType param16_type = kernels::DType::kBf16;  // kBf16 or kF16
+  bool params_on_nvme = false;
+  bool optimizer_on_nvme = false;
+  unsigned pipeline_slabs = 3;  // OptimizerPipeline depth (zinf.pipeline_depth + 1)
+  kernels::AdamOptions adam;
+  Tracer* tracer = nullptr;
+};
+
+struct MicroBatchResult {
+  double loss = 0;     // mean cross-entropy of the micro-batch (unscaled)
+  bool finite = true;  // every accumulated gradient finite
+};
+
+struct ExecutorStats {
+  double compute_seconds = 0;     // forward + backward, stalls excluded
+  double stall_seconds = 0;       // waiting for param16 to arrive on the device
+  double grad_seconds = 0;        // handing gradients to the offload core
+  double optimizer_seconds = 0;   // OptimizerStep wall time
+  double adam_seconds = 0;        // of which CPU Adam busy
+  uint64_t device_buffer_bytes = 0;  // activations, widened weights, gradients (fixed)
+};
+
+// The three bounds of a step, each measured alone (--profile).
+struct ProfileBounds {
+  double compute_seconds = 0;  // forward + backward (with recompute) of a step, weights resident
+  double read_gbps = 0;        // the raw engine reading the optimizer state's extents (0: no NVMe)
+  double write_gbps = 0;       // ... and writing them back
+  double adam_seconds = 0;     // CPU Adam over every unit's state in memory
+};
+
+class LayerExecutor {
+ public:
+  // `compute` is the stream the backend runs on (its native handle on CUDA).
+  static Result<std::unique_ptr<LayerExecutor>> Create(OffloadRuntime& rt, Backend<float>& be,
+                                                       Stream* compute, const GptDims& dims,
+                                                       const ExecutorOptions& options);
+  ~LayerExecutor();
+
+  const GptDims& dims() const { return dims_; }
+  int batch() const { return batch_; }
+  int seq() const { return seq_; }
+
+  // Weights: GPT-2 init from a seed, or a unit's fp32 values; moments set to zero.
+  Status InitWeights(uint64_t seed);
+  Status SetUnitWeights(uint32_t unit, const float* master);
+  // The fp32 master weights of a unit (UnitParams elements).
+  Status GetUnitWeights(uint32_t unit, float* master);
+
+  // tokens, targets: batch*seq values each, in [0, V).
+  Result<MicroBatchResult> ForwardBackward(const int32_t* tokens, const int32_t* targets,
+                                           float loss_scale, float accumulate_scale, bool first,
+                                           bool last);
+  Result<double> Evaluate(const int32_t* tokens, const int32_t* targets);
+  // Σ g² of the accumulated fp32 gradients, measured during the last micro-batch (ForwardBackward
+  // with last = true).
+  double grad_sum_squares() const { return grad_sum_squares_; }
+  // hyper.grad_scale should fold in the loss-scale unscaling and the clipping coefficient.
+  Result<offload::OptimizerStepStats> OptimizerStep(const kernels::AdamHyper& hyper);
+  // Ends a step for the tier manager (the first call ends the recording of the access trace).
+  void EndStep();
+  // Measures the bounds alone: compute over `micro_batches` micro-batches of these tokens with
+  // the weights already on the device (the values of one block reused for all: timing only, the
+  // model's state is not changed), raw engine reads and writes of the optimizer extents (data
+  // read and written back unchanged), Adam over scratch copies.
+  Result<ProfileBounds> MeasureBounds(const int32_t* tokens, const int32_t* targets,
+                                      uint64_t micro_batches);
+
+  ExecutorStats stats() const { return stats_; }
+
+ private:
+  struct Buffers;
+  LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, const GptDims& d,
+                const ExecutorOptions& o);
+  Status Setup();
+  Status RegisterShards();
+  Status AllocateDevice();
+  // Acquires unit's param16 on the device, widens it into dst (fp32), releases it.
+  Status FetchWeights(uint32_t unit, float* dst);
+  Status Upload(const int32_t* tokens, const int32_t* targets);
+  Result<double> ForwardAll();
+  Status HandOverGrad(uint32_t unit, const float* grad, float scale, bool first, bool last,
+                      bool* finite);
+  Status WriteNvme(const offload::Extent& e, const void* src, uint64_t bytes);
+  Status ReadNvme(const offload::Extent& e, void* dst, uint64_t bytes);
+
+  OffloadRuntime& rt_;
+  Backend<float>& be_;
+  Stream* compute_;
+  GptDims dims_;
+  ExecutorOptions options_;
+  int batch_ = 1, seq_ = 1;
+
+  std::vector<offload::ShardId> p16_, grad_;
+  // Optimizer state: NVMe extents (pipeline) or host arrays.
+  std::vector<offload::OptimizerUnit> opt_units_;
+  std::vector<std::vector<float>> master_, exp_avg_, exp_avg_sq_;
+  std::vector<uint16_t> p16_staging_;  // host path: the new param16 of one unit
+  std::unique_ptr<offload::OptimizerPipeline> pipeline_;
+  std::unique_ptr<offload::GradAccumulator> accumulator_;
+
+  // Device memory (one arena) and the pinned host staging for tokens and losses.
+  void* arena_ = nullptr;
+  void* host_io_ = nullptr;
+  int32_t *d_tokens_ = nullptr, *d_targets_ = nullptr;
+  float *xs_ = nullptr, *acts_ = nullptr, *head_ = nullptr, *dres_ = nullptr,
+        *scratch_ = nullptr, *wbuf_ = nullptr, *wemb_ = nullptr, *gbuf_ = nullptr,
+        *gemb_ = nullptr;
+  void* g16_ = nullptr;  // one unit's gradient in the working precision, for the hand-over
+  double grad_sum_squares_ = 0;
+  ExecutorStats stats_;
+};
+
+}  // namespace zinf::train

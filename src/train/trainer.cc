@@ -1,0 +1,299 @@
+#include "src/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "src/base/host_info.h"
+#include "src/base/log.h"
+#include "src/base/trace.h"
+#include "src/base/units.h"
+#include "src/runtime/offload_runtime.h"
+#include "src/train/backend_factory.h"
+#include "src/train/data.h"
+#include "src/train/executor.h"
+#include "src/train/loss_scaler.h"
+#include "src/train/lr_schedule.h"
+#include "src/train/weights_io.h"
+
+namespace zinf::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Swap file capacity: every unit's fp32 master, moments and gradient and its 16-bit copy, each
+// extent rounded up to the stripe unit (SwapSpace aligns extents to it) plus an O_DIRECT block.
+uint64_t SwapBytes(const GptDims& d, const Config& c) {
+  const uint64_t slack = c.zinf.stripe_bytes + 4096;
+  uint64_t total = 0;
+  for (uint32_t u = 0; u < d.units(); ++u) total += 18 * d.UnitParams(u) + 5 * slack;
+  return total;
+}
+
+std::string FormatEta(double seconds) {
+  if (!(seconds >= 0)) return "?";
+  const auto s = static_cast<uint64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s / 60 % 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+// Mean validation loss over `batches` fixed batches.
+Result<double> Validate(LayerExecutor& ex, BatchSampler& val, uint32_t batches) {
+  std::vector<int32_t> x(val.tokens_per_batch()), y(val.tokens_per_batch());
+  double sum = 0;
+  for (uint32_t i = 0; i < batches; ++i) {
+    val.Fill(i, x.data(), y.data());
+    ZINF_ASSIGN_OR_RETURN(double l, ex.Evaluate(x.data(), y.data()));
+    sum += l;
+  }
+  return sum / batches;
+}
+
+}  // namespace
+
+std::string TrainSummary::ToJson() const {
+  nlohmann::json j = {{"steps", steps},
+                      {"skipped_steps", skipped_steps},
+                      {"params", params},
+                      {"tokens_per_step", tokens_per_step},
+                      {"first_loss", first_loss},
+                      {"final_loss", final_loss},
+                      {"tokens_per_s", tokens_per_s},
+                      {"step_seconds_median", step_seconds_median},
+                      {"stall_fraction", stall_fraction},
+                      {"nvme_read_bytes", nvme_read_bytes},
+                      {"nvme_write_bytes", nvme_write_bytes},
+                      {"peak_device_bytes", peak_device_bytes},
+                      {"device_budget_bytes", device_budget_bytes},
+                      {"peak_pinned_bytes", peak_pinned_bytes},
+                      {"pinned_budget_bytes", pinned_budget_bytes},
+                      {"device", device},
+                      {"backend", backend},
+                      {"io_engine", io_engine}};
+  if (val_loss >= 0) j["val_loss"] = val_loss;
+  if (step_over_bound > 0) {
+    j["compute_bound_seconds"] = compute_bound_seconds;
+    j["io_bound_seconds"] = io_bound_seconds;
+    j["adam_bound_seconds"] = adam_bound_seconds;
+    j["step_over_bound"] = step_over_bound;
+  }
+  return j.dump();
+}
+
+Result<TrainSummary> Train(const TrainOptions& opt) {
+  const Config& c = opt.config;
+  ZINF_RETURN_IF_ERROR(c.Validate());
+  if (c.precision() == Precision::kFp32) {
+    return Unimplemented(fmt::format(
+        "{}: bf16.enabled is false and fp16 is off, which asks for fp32 training; zinf trains "
+        "with a bf16 or fp16 working copy (enable one of them)", c.source));
+  }
+  if (opt.steps == 0) return InvalidArgument("--steps must be >= 1");
+  const GptDims dims = GptDims::FromConfig(c.zinf.model);
+  const auto B = static_cast<uint32_t>(c.MicroBatchSize());
+  const uint64_t gas = c.GradientAccumulationSteps();
+  const uint32_t T = c.zinf.model.seq_len;
+
+  // Data first: a bad file is reported before anything heavy is built.
+  Result<TextCorpus> corpus =
+      opt.data_path.empty()
+          ? TextCorpus::Synthetic(c.zinf.seed, opt.synthetic_bytes, dims.V, T, opt.val_fraction)
+          : TextCorpus::FromFile(opt.data_path, dims.V, T, opt.val_fraction);
+  ZINF_RETURN_IF_ERROR(corpus.status());
+  ZINF_ASSIGN_OR_RETURN(BatchSampler train_data,
+                        BatchSampler::Create(*corpus, Split::kTrain, B, T, c.zinf.seed));
+  std::optional<BatchSampler> val_data;
+  if (opt.eval_every > 0 && corpus->split_size(Split::kValidation) > T) {
+    ZINF_ASSIGN_OR_RETURN(val_data, BatchSampler::Create(*corpus, Split::kValidation, B, T,
+                                                         c.zinf.seed + 1));
+  }
+  ZINF_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(c.scheduler, c.optimizer.lr, opt.steps));
+  ZINF_ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::FromConfig(c.fp16));
+  const bool fp16 = c.precision() == Precision::kFp16;
+
+  Tracer tracer(!opt.trace_path.empty());
+  ZINF_ASSIGN_OR_RETURN(auto rt, MakeOffloadRuntime(c, {.swap_bytes = SwapBytes(dims, c),
+                                                        .tracer = &tracer,
+                                                        .device_kind = opt.device,
+                                                        .h2d_gbps = opt.h2d_gbps}));
+  ZINF_ASSIGN_OR_RETURN(Stream * compute, rt->device->CreateStream("compute"));
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Backend<float>> backend,
+                        MakeBackend(*rt->device, compute, c.zinf.adam_threads));
+  ExecutorOptions eo;
+  eo.batch = static_cast<int>(B);
+  eo.seq = static_cast<int>(T);
+  eo.param16_type = fp16 ? kernels::DType::kF16 : kernels::DType::kBf16;
+  eo.params_on_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
+  eo.optimizer_on_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
+  eo.adam.threads = static_cast<int>(c.zinf.adam_threads);
+  eo.tracer = &tracer;
+  ZINF_ASSIGN_OR_RETURN(auto ex, LayerExecutor::Create(*rt, *backend, compute, dims, eo));
+
+  auto t_init = Clock::now();
+  if (!opt.init_path.empty()) {
+    ZINF_RETURN_IF_ERROR(LoadWeights(*ex, opt.init_path));
+  } else {
+    ZINF_RETURN_IF_ERROR(ex->InitWeights(c.zinf.seed));
+  }
+  Log().info("train: {} parameters ({} layers, width {}, {} heads, seq {}, vocab {}), "
+              "micro-batch {} x {} accumulation, {} on {}; weights ready in {:.1f} s",
+              dims.TotalParams(), dims.L, dims.C, dims.NH, T, dims.V, B, gas, backend->name(),
+              rt->device->Describe(), Since(t_init));
+
+  std::ofstream losses;
+  if (!opt.losses_path.empty()) {
+    losses.open(opt.losses_path, std::ios::trunc);
+    if (!losses) return Status::FromErrno(errno, "open --losses file " + opt.losses_path);
+  }
+
+  TrainSummary sum;
+  sum.params = dims.TotalParams();
+  sum.tokens_per_step = uint64_t{B} * T * gas;
+  sum.device = rt->device->Describe();
+  sum.backend = std::string(backend->name());
+  sum.io_engine = rt->engine ? std::string(rt->engine->name()) : "none";
+  std::vector<int32_t> x(uint64_t{B} * T), y(uint64_t{B} * T);
+  std::vector<double> step_times;
+  double stall_total = 0, time_total = 0;
+  uint64_t applied = 0;
+  offload::TierStats prev = rt->tiers->stats();
+  uint64_t pipe_read = 0, pipe_write = 0;
+  for (uint64_t step = 0; step < opt.steps; ++step) {
+    if (opt.stop != nullptr && opt.stop->load()) {
+      Log().warn("train: stopped by request after {} steps", step);
+      break;
+    }
+    auto t0 = Clock::now();
+    const ExecutorStats before = ex->stats();
+    const double loss_scale = fp16 ? scaler.scale() : 1.0;
+    double loss = 0;
+    bool finite = true;
+    for (uint64_t m = 0; m < gas; ++m) {
+      train_data.Next(x.data(), y.data());
+      ZINF_ASSIGN_OR_RETURN(MicroBatchResult r,
+                            ex->ForwardBackward(x.data(), y.data(), static_cast<float>(loss_scale),
+                                                1.0f / static_cast<float>(gas), m == 0,
+                                                m + 1 == gas));
+      loss += r.loss / static_cast<double>(gas);
+      finite = finite && r.finite;
+    }
+    bool skip = !finite;
+    if (fp16) {
+      ZINF_ASSIGN_OR_RETURN(bool scaler_skip, scaler.Update(!finite));
+      skip = skip || scaler_skip;
+    }
+    double norm = std::sqrt(ex->grad_sum_squares()) / loss_scale;
+    double clip = 1.0;
+    if (c.train.gradient_clipping > 0 && std::isfinite(norm)) {
+      clip = std::min(1.0, c.train.gradient_clipping / (norm + 1e-6));
+    }
+    const double lr = schedule.LrForStep(applied);
+    offload::OptimizerStepStats os;
+    if (!skip) {
+      kernels::AdamHyper h;
+      h.lr = static_cast<float>(lr);
+      h.beta1 = static_cast<float>(c.optimizer.beta1);
+      h.beta2 = static_cast<float>(c.optimizer.beta2);
+      h.eps = static_cast<float>(c.optimizer.eps);
+      h.weight_decay = static_cast<float>(c.optimizer.weight_decay);
+      h.adamw = c.optimizer.DecoupledWeightDecay();
+      h.bias_correction = c.optimizer.bias_correction;
+      h.step = static_cast<int64_t>(applied + 1);
+      h.grad_scale = static_cast<float>(clip / loss_scale);
+      ZINF_ASSIGN_OR_RETURN(os, ex->OptimizerStep(h));
+      ++applied;
+      pipe_read += os.bytes_read;
+      pipe_write += os.bytes_written;
+    } else {
+      ++sum.skipped_steps;
+    }
+    ex->EndStep();
+    const double dt = Since(t0);
+    step_times.push_back(dt);
+    const ExecutorStats after = ex->stats();
+    const double stall = after.stall_seconds - before.stall_seconds;
+    stall_total += stall;
+    time_total += dt;
+    const offload::TierStats ts = rt->tiers->stats();
+    const double rd = static_cast<double>(ts.nvme_read_bytes - prev.nvme_read_bytes + os.bytes_read);
+    const double wr = static_cast<double>(ts.nvme_write_bytes - prev.nvme_write_bytes + os.bytes_written);
+    prev = ts;
+    if (step == 0) sum.first_loss = loss;
+    sum.final_loss = loss;
+    sum.steps = step + 1;
+
+    double val = -1;
+    if (val_data && ((step + 1) % opt.eval_every == 0 || step + 1 == opt.steps)) {
+      ZINF_ASSIGN_OR_RETURN(val, Validate(*ex, *val_data, opt.eval_batches));
+      sum.val_loss = val;
+    }
+    if (losses.is_open()) {
+      nlohmann::json j = {{"step", step + 1}, {"loss", loss}, {"lr", lr},
+                          {"grad_norm", norm}, {"skipped", skip}, {"seconds", dt}};
+      if (fp16) j["loss_scale"] = loss_scale;
+      if (val >= 0) j["val_loss"] = val;
+      losses << j.dump() << "\n";
+      if (!losses) return IoError("write --losses file " + opt.losses_path);
+    }
+    if (opt.progress && (step % std::max<uint64_t>(1, c.train.steps_per_print) == 0 ||
+                         step + 1 == opt.steps)) {
+      const double avg = time_total / static_cast<double>(step + 1);
+      std::string line = fmt::format(
+          "step {:>4}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | stall {:.0f}% | "
+          "nvme r {:.2f} w {:.2f} GB/s | {:.2f} s | ETA {}",
+          step + 1, opt.steps, loss, val >= 0 ? fmt::format(" (val {:.4f})", val) : "", lr, norm,
+          static_cast<double>(sum.tokens_per_step) / dt, 100.0 * stall / dt, rd / dt / 1e9,
+          wr / dt / 1e9, dt, FormatEta(avg * static_cast<double>(opt.steps - step - 1)));
+      if (skip) line += fp16 ? fmt::format(" | SKIPPED (overflow, scale now {:g})", scaler.scale())
+                             : " | SKIPPED (non-finite gradients)";
+      opt.progress(line);
+    }
+  }
+
+  const offload::TierStats ts = rt->tiers->stats();
+  sum.step_seconds_median = Median(step_times);
+  sum.tokens_per_s = time_total > 0 ? static_cast<double>(sum.tokens_per_step * sum.steps) / time_total : 0;
+  sum.stall_fraction = time_total > 0 ? stall_total / time_total : 0;
+  sum.nvme_read_bytes = ts.nvme_read_bytes + pipe_read;
+  sum.nvme_write_bytes = ts.nvme_write_bytes + pipe_write;
+  sum.peak_device_bytes = rt->device->peak_bytes();
+  sum.device_budget_bytes = rt->device->budget_bytes();
+  sum.peak_pinned_bytes = rt->pool->peak_bytes();
+  sum.pinned_budget_bytes = rt->pool->budget_bytes();
+
+  if (opt.profile && sum.steps > 0) {
+    ZINF_ASSIGN_OR_RETURN(ProfileBounds b, ex->MeasureBounds(x.data(), y.data(), gas));
+    sum.compute_bound_seconds = b.compute_seconds;
+    // The step's NVMe bytes at the rates the raw engine reaches alone on the same file.
+    const double steps_d = static_cast<double>(sum.steps);
+    const double rd = static_cast<double>(sum.nvme_read_bytes) / steps_d;
+    const double wr = static_cast<double>(sum.nvme_write_bytes) / steps_d;
+    sum.io_bound_seconds = (b.read_gbps > 0 ? rd / (b.read_gbps * 1e9) : 0) +
+                           (b.write_gbps > 0 ? wr / (b.write_gbps * 1e9) : 0);
+    sum.adam_bound_seconds = b.adam_seconds;
+    const double bound = std::max({sum.compute_bound_seconds, sum.io_bound_seconds,
+                                   sum.adam_bound_seconds});
+    sum.step_over_bound = bound > 0 ? sum.step_seconds_median / bound : 0;
+  }
+  if (!opt.save_path.empty()) ZINF_RETURN_IF_ERROR(SaveWeights(*ex, opt.save_path));
+  if (!opt.trace_path.empty()) ZINF_RETURN_IF_ERROR(tracer.Write(opt.trace_path));
+  if (!opt.summary_path.empty()) {
+    std::ofstream out(opt.summary_path, std::ios::trunc);
+    out << sum.ToJson() << "\n";
+    if (!out) return IoError("write --summary-json file " + opt.summary_path);
+  }
+  return sum;
+}
+
+}  // namespace zinf::train

@@ -1,0 +1,70 @@
+// src/train/trainer.h — `zinf train`: the training loop over the layer executor.
+//
+// Contract. Train() builds the offload runtime from the config (device, pinned pool, swap
+// space on NVMe when offload_param/offload_optimizer say "nvme", tier manager), the backend for
+// that device (CPU ops on the host-emulated device, CUDA ops on a GPU), the layer executor and the
+// data (a text file, bytes as tokens, or the built-in synthetic corpus), then runs each step as
+// llm.c reads: next batch, forward + backward (per micro-batch, gradients accumulated in the
+// offload core), clip, optimizer step. With the DeepSpeed keys kept:
+//   train_micro_batch_size_per_gpu, gradient_accumulation_steps (the loss is averaged over
+//   them), gradient_clipping (global L2 norm, coefficient min(1, clip / (norm + 1e-6)) as
+//   torch.nn.utils.clip_grad_norm_), optimizer Adam/AdamW (lr, betas, eps, weight_decay,
+//   adam_w_mode), scheduler (WarmupLR, WarmupDecayLR, WarmupCosineLR), bf16 (default) or fp16
+//   with DeepSpeed's dynamic loss scaling: a step whose gradients hold an inf or a NaN is
+//   skipped (state untouched) and counted; in bf16 such a step is skipped and counted too.
+// One progress line per step goes to `progress` (step, loss, lr, tokens/s, stall %, NVMe GB/s,
+// ETA). A stop request (Ctrl-C) ends the run after the current step; weights are still saved.
+// Errors name the file, field or value at fault.
+//
+// Thread-safety: one Train at a time per process (it owns the device it builds).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "src/base/device.h"
+#include "src/config/config.h"
+#include "zinf/status.h"
+
+namespace zinf::train {
+
+struct TrainOptions {
+  Config config;                   // validated by Train
+  uint64_t steps = 50;             // optimizer steps
+  std::string data_path;           // empty: the synthetic corpus
+  uint64_t synthetic_bytes = 4 << 20;
+  double val_fraction = 0.1;
+  uint64_t eval_every = 0;         // validation loss every N steps (and at the end); 0 = never
+  uint32_t eval_batches = 4;
+  std::string init_path;           // safetensors weights to start from
+  std::string save_path;           // safetensors of the final fp32 weights
+  std::string losses_path;         // JSON lines: {"step", "loss", "lr", ...}
+  std::string summary_path;        // one JSON object (TrainSummary)
+  std::string trace_path;          // Chrome trace
+  DeviceKind device = DeviceKind::kAuto;
+  double h2d_gbps = 0;             // host-emulated device link (0 = memcpy speed)
+  bool profile = false;            // measure the three bounds (compute, NVMe, Adam) alone
+  bool overlap_adam = false;       // reserved: Adam per unit during backward (not yet)
+  const std::atomic<bool>* stop = nullptr;
+  std::function<void(const std::string&)> progress;  // one line per step
+};
+
+struct TrainSummary {
+  uint64_t steps = 0, skipped_steps = 0, params = 0, tokens_per_step = 0;
+  double first_loss = 0, final_loss = 0, val_loss = -1;
+  double tokens_per_s = 0, step_seconds_median = 0, stall_fraction = 0;
+  uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+  uint64_t peak_device_bytes = 0, device_budget_bytes = 0;
+  uint64_t peak_pinned_bytes = 0, pinned_budget_bytes = 0;
+  std::string device, backend, io_engine;
+  // --profile: each bound measured alone in the same run, and the step over their max.
+  double compute_bound_seconds = 0, io_bound_seconds = 0, adam_bound_seconds = 0;
+  double step_over_bound = 0;
+  std::string ToJson() const;
+};
+
+Result<TrainSummary> Train(const TrainOptions& options);
+
+}  // namespace zinf::train

@@ -1,0 +1,26 @@
+// src/train/weights_io.h — the model's weights in and out of safetensors files.
+//
+// Contract. SaveWeights writes every unit's fp32 master weights as F32 tensors named as
+// nanoGPT's state_dict (gpt.h UnitTensors: "transformer.wte.weight", "transformer.h.0.ln_1.weight",
+// ...; the tied lm_head is not stored, as in safetensors files Hugging Face writes), with the
+// model dimensions in the metadata ("n_layer", "n_embd", "n_head", "vocab_size", "block_size").
+// The file is written crash-consistently (temporary file, fsync, rename).
+// LoadWeights reads such a file into the executor: every tensor of the model must be present
+// with its exact shape, as F32, BF16 or F16 (widened to fp32); a missing tensor, a wrong shape
+// or dtype, or a tensor the model does not have (except "lm_head.weight", which must then equal
+// the token embedding's shape) is refused naming the file and the tensor. Adam moments start at 0.
+//
+// Thread-safety: as the executor — one thread.
+#pragma once
+
+#include <string>
+
+#include "src/train/executor.h"
+#include "zinf/status.h"
+
+namespace zinf::train {
+
+Status SaveWeights(LayerExecutor& executor, const std::string& path);
+Status LoadWeights(LayerExecutor& executor, const std::string& path);
+
+}  // namespace zinf::train

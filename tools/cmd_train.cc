@@ -1,0 +1,240 @@
+// `zinf train`: train the GPT-2 model of the config (or of the flags) with its state paged
+// among the device, pinned host memory and NVMe. Without flags it runs the default job: a small
+// model whose parameters and optimizer state live on NVMe under build/, about a minute here.
+#include <csignal>
+#include <filesystem>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "src/base/units.h"
+#include "src/config/config.h"
+#include "src/train/trainer.h"
+#include "tools/commands.h"
+
+namespace zinf::tools {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnInterrupt(int) { g_stop.store(true); }
+
+struct TrainArgs {
+  std::string config, data, init, save, losses, summary, trace, swap_dir, device = "auto";
+  std::string device_budget, pinned_budget, offload, precision;
+  bool strict = false, profile = false;
+  uint64_t steps = 80, eval_every = 0, synthetic_bytes = 4 << 20;
+  uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;
+  double lr = 0, clip = -1, h2d_gbps = 0;
+  uint64_t seed = 0;
+  bool seed_set = false;
+};
+
+// The directory holding the running executable (build/ for build/zinf).
+std::string ExecutableDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+// The config: the file, or the default job's when none is given; then the flags on top.
+Result<Config> BuildConfig(const CLI::App& cmd, const TrainArgs& a) {
+  Config c;
+  if (!a.config.empty()) {
+    ZINF_ASSIGN_OR_RETURN(c, Config::FromFile(a.config, {.strict = a.strict}));
+  } else {
+    // The default job: 6 blocks of width 192 (2.7M parameters), 8 x 128 tokens a step; the 16-bit
+    // weights, master weights, Adam moments and gradients homed on NVMe; a device budget that
+    // holds the activations and a few blocks, a pinned budget the optimizer slabs and a few
+    // shards — so everything pages.
+    c.zinf.model = {.layers = 6, .width = 192, .heads = 6, .seq_len = 128, .vocab = 256};
+    c.train.train_micro_batch_size_per_gpu = 8;
+    c.optimizer.lr = 2e-3;
+    c.optimizer.weight_decay = 0.0;
+    c.scheduler.type = SchedulerType::kWarmupCosineLR;
+    c.scheduler.warmup_num_steps = 10;
+    c.scheduler.warmup_type = WarmupType::kLinear;
+    c.scheduler.warmup_min_ratio = 0.0;
+    c.scheduler.cos_min_ratio = 0.1;
+    c.train.gradient_clipping = 1.0;
+    c.zinf.budgets.device_bytes = 48ull << 20;
+    c.zinf.budgets.pinned_bytes = 24ull << 20;
+    c.zero.offload_param.device = OffloadDevice::kNvme;
+    c.zero.offload_optimizer.device = OffloadDevice::kNvme;
+    c.source = "<zinf train defaults>";
+  }
+  auto set = [&](const char* flag) { return cmd.count(flag) > 0; };
+  if (set("--layers")) c.zinf.model.layers = a.layers;
+  if (set("--width")) c.zinf.model.width = a.width;
+  if (set("--heads")) c.zinf.model.heads = a.heads;
+  if (set("--seq-len")) c.zinf.model.seq_len = a.seq_len;
+  if (set("--vocab")) c.zinf.model.vocab = a.vocab;
+  if (set("--batch")) {
+    c.train.train_micro_batch_size_per_gpu = a.batch;
+    c.train.train_batch_size.reset();
+  }
+  if (set("--grad-accum")) {
+    c.train.gradient_accumulation_steps = a.accum;
+    c.train.train_batch_size.reset();
+  }
+  if (set("--lr")) {
+    c.optimizer.lr = a.lr;
+    c.scheduler.warmup_max_lr.reset();
+  }
+  if (set("--clip")) c.train.gradient_clipping = a.clip;
+  if (set("--seed")) c.zinf.seed = a.seed;
+  if (set("--precision")) {
+    c.fp16.enabled = a.precision == "fp16";
+    c.bf16.enabled = a.precision == "bf16";
+  }
+  if (set("--device-budget")) {
+    ZINF_ASSIGN_OR_RETURN(uint64_t b, ParseBytes(a.device_budget));
+    c.zinf.budgets.device_bytes = b;
+  }
+  if (set("--pinned-budget")) {
+    ZINF_ASSIGN_OR_RETURN(uint64_t b, ParseBytes(a.pinned_budget));
+    c.zinf.budgets.pinned_bytes = b;
+  }
+  if (set("--offload")) {
+    OffloadDevice d = a.offload == "nvme"  ? OffloadDevice::kNvme
+                      : a.offload == "cpu" ? OffloadDevice::kCpu
+                                           : OffloadDevice::kNone;
+    c.zero.offload_param.device = d;
+    c.zero.offload_optimizer.device = d;
+  }
+  if (set("--swap-dir")) c.zinf.swap_dir = a.swap_dir;
+  const bool nvme = c.zero.offload_param.device == OffloadDevice::kNvme ||
+                    c.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  if (nvme) {
+    // A swap directory: the flag, the config's, else build/train-swap next to the executable.
+    if (c.SwapDir().empty() && c.zinf.stripe_paths.empty()) {
+      c.zinf.swap_dir = ExecutableDir() + "/train-swap";
+    }
+    if (c.zero.offload_param.device == OffloadDevice::kNvme && c.zero.offload_param.nvme_path.empty()) {
+      c.zero.offload_param.nvme_path = c.SwapDir();
+    }
+    if (c.zero.offload_optimizer.device == OffloadDevice::kNvme &&
+        c.zero.offload_optimizer.nvme_path.empty()) {
+      c.zero.offload_optimizer.nvme_path = c.SwapDir();
+    }
+    for (const std::string& dir : c.zinf.stripe_paths.empty()
+                                      ? std::vector<std::string>{c.SwapDir()}
+                                      : c.zinf.stripe_paths) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) return InvalidArgument(fmt::format("swap directory {}: {}", dir, ec.message()));
+    }
+  }
+  ZINF_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
+  auto cfg = BuildConfig(cmd, a);
+  if (!cfg.ok()) {
+    fmt::print(stderr, "zinf train: {}\n", cfg.status().ToString());
+    return 2;
+  }
+  auto kind = ParseDeviceKind(a.device);
+  if (!kind.ok()) {
+    fmt::print(stderr, "zinf train: --device: {}\n", kind.status().ToString());
+    return 2;
+  }
+  train::TrainOptions o;
+  o.config = *cfg;
+  o.steps = a.steps;
+  o.data_path = a.data;
+  o.synthetic_bytes = a.synthetic_bytes;
+  o.eval_every = a.eval_every;
+  o.init_path = a.init;
+  o.save_path = a.save;
+  o.losses_path = a.losses;
+  o.summary_path = a.summary;
+  o.trace_path = a.trace;
+  o.device = *kind;
+  o.h2d_gbps = a.h2d_gbps;
+  o.profile = a.profile;
+  o.stop = &g_stop;
+  o.progress = [](const std::string& line) {
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+  };
+  // Ctrl-C ends the current step and exits cleanly; a second one kills at once.
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  auto r = train::Train(o);
+  signal(SIGINT, SIG_DFL);
+  if (!r.ok()) {
+    fmt::print(stderr, "zinf train: {}\n", r.status().ToString());
+    return 1;
+  }
+  const train::TrainSummary& s = *r;
+  fmt::print("done: {} steps ({} skipped), loss {:.4f} -> {:.4f}{}, {:.0f} tokens/s, median step "
+             "{:.3f} s, stall {:.1f}%\n",
+             s.steps, s.skipped_steps, s.first_loss, s.final_loss,
+             s.val_loss >= 0 ? fmt::format(" (validation {:.4f})", s.val_loss) : "",
+             s.tokens_per_s, s.step_seconds_median, 100 * s.stall_fraction);
+  fmt::print("      {} parameters on {} ({} backend, I/O {}); NVMe read {} written {}; peak device "
+             "{} of {}, peak pinned {} of {}\n",
+             s.params, s.device, s.backend, s.io_engine, FormatBytesHuman(s.nvme_read_bytes),
+             FormatBytesHuman(s.nvme_write_bytes), FormatBytesHuman(s.peak_device_bytes),
+             FormatBytesHuman(s.device_budget_bytes), FormatBytesHuman(s.peak_pinned_bytes),
+             FormatBytesHuman(s.pinned_budget_bytes));
+  if (s.step_over_bound > 0) {
+    fmt::print("profile: compute {:.3f} s | NVMe I/O {:.3f} s | Adam {:.3f} s (each alone) | "
+               "step {:.3f} s = {:.3f} x the largest\n",
+               s.compute_bound_seconds, s.io_bound_seconds, s.adam_bound_seconds,
+               s.step_seconds_median, s.step_over_bound);
+  }
+  return g_stop.load() ? 130 : 0;
+}
+
+}  // namespace
+
+void RegisterTrain(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<TrainArgs>();
+  auto* cmd = app.add_subcommand(
+      "train", "Train a GPT-2 model with its state paged among device, pinned host memory and "
+               "NVMe (defaults: a small model on NVMe under build/, about a minute)");
+  cmd->add_option("--config", a->config, "JSON config (DeepSpeed keys + zinf block); flags override it")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--strict", a->strict, "Refuse DeepSpeed keys zinf does not implement");
+  cmd->add_option("--steps", a->steps, "Optimizer steps")->capture_default_str();
+  cmd->add_option("--data", a->data, "Text file: bytes are tokens, the last 10% held out "
+                                     "(default: the built-in synthetic arithmetic corpus)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--synthetic-bytes", a->synthetic_bytes, "Size of the synthetic corpus")
+      ->capture_default_str();
+  cmd->add_option("--layers", a->layers, "zinf.model.layers");
+  cmd->add_option("--width", a->width, "zinf.model.width");
+  cmd->add_option("--heads", a->heads, "zinf.model.heads");
+  cmd->add_option("--seq-len", a->seq_len, "zinf.model.seq_len");
+  cmd->add_option("--vocab", a->vocab, "zinf.model.vocab");
+  cmd->add_option("--batch", a->batch, "train_micro_batch_size_per_gpu");
+  cmd->add_option("--grad-accum", a->accum, "gradient_accumulation_steps");
+  cmd->add_option("--lr", a->lr, "optimizer.params.lr");
+  cmd->add_option("--clip", a->clip, "gradient_clipping (0 = off)");
+  cmd->add_option("--seed", a->seed, "zinf.seed: weights and data");
+  cmd->add_option("--precision", a->precision, "bf16 or fp16 (dynamic loss scaling)")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
+  cmd->add_option("--offload", a->offload, "Where parameters and optimizer state live: nvme, cpu or none")
+      ->check(CLI::IsMember({"nvme", "cpu", "none"}));
+  cmd->add_option("--swap-dir", a->swap_dir, "Directory for the swap file (NVMe offload)");
+  cmd->add_option("--device", a->device, "auto, host or cuda")->capture_default_str();
+  cmd->add_option("--device-budget", a->device_budget, "zinf.budgets.device_bytes, e.g. 512M");
+  cmd->add_option("--pinned-budget", a->pinned_budget, "zinf.budgets.pinned_bytes, e.g. 4G");
+  cmd->add_option("--h2d-gbps", a->h2d_gbps, "Host-emulated device: link GB/s (0 = memcpy)");
+  cmd->add_option("--eval-every", a->eval_every, "Validation loss every N steps and at the end");
+  cmd->add_option("--init", a->init, "Start from these weights (safetensors)")->check(CLI::ExistingFile);
+  cmd->add_option("--save", a->save, "Write the final fp32 weights (safetensors)");
+  cmd->add_option("--losses", a->losses, "Write each step's loss as JSON lines");
+  cmd->add_option("--summary-json", a->summary, "Write the run's summary as one JSON object");
+  cmd->add_option("--trace", a->trace, "Write a Chrome trace-event JSON");
+  cmd->add_flag("--profile", a->profile,
+                "Also measure compute, NVMe I/O and Adam alone and print the step over the largest");
+  cmd->callback([a, cmd, &exit_code] { exit_code = RunTrain(*cmd, *a); });
+}
+
+}  // namespace zinf::tools
