@@ -40,7 +40,10 @@ Result<bool> GradAccumulator::Accumulate(ShardId grad_shard, const void* device_
   const size_t bytes = n * kernels::DTypeSize(type);
   // Start the device-to-host copy, and bring the accumulator up meanwhile.
   ZINF_RETURN_IF_ERROR(device_.CopyToHost(stream_, staging_.data, device_grad, bytes));
-  ZINF_ASSIGN_OR_RETURN(Lease lease, tm_.Acquire(grad_shard, Tier::kHost));
+  // The first micro-batch overwrites the accumulator: nothing to read from its home.
+  ZINF_ASSIGN_OR_RETURN(Lease lease, tm_.Acquire(grad_shard, Tier::kHost,
+                                                 first ? AcquireMode::kOverwrite
+                                                       : AcquireMode::kRead));
   auto acc = lease.Wait();
   Status copied = device_.StreamSynchronize(stream_);
   if (!acc.ok() || !copied.ok()) {

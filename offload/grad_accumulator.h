@@ -3,7 +3,8 @@
 // Contract: Accumulate() copies one unit's gradient (fp32, bf16 or fp16) from device memory to a
 // pinned staging block (on its own "grad d2h" stream), acquires the unit's fp32 gradient shard
 // in the host tier through the TierManager, adds scale * gradient into it (zeroing it first on
-// the first micro-batch of a step) and releases it dirty. The shard is an ordinary shard: when
+// the first micro-batch of a step, acquired for overwrite then: nothing is read from its home)
+// and releases it dirty. The shard is an ordinary shard: when
 // the pinned budget is short, the tier manager writes it to its NVMe home and reads it back for
 // the next micro-batch or the optimizer step ("spilled to NVMe when the host budget says so").
 // It returns whether every accumulated value is finite — for free, in the same pass — so a

@@ -576,6 +576,8 @@ void TierManager::Prefetch(std::unique_lock<std::mutex>& lock, size_t pos) {
   uint32_t units_ahead = 0;
   uint32_t last_unit = pos > 0 ? shards_[trace_[(pos - 1) % n].first]->spec.unit
                                : std::numeric_limits<uint32_t>::max();
+  // Shards overwritten ahead: their later reads see what the overwrite wrote, not home.
+  std::vector<ShardId> overwritten;
   for (size_t q = pos; q < pos + n; ++q) {
     auto [id, tier] = trace_[q % n];
     Shard& s = *shards_[id];
@@ -584,7 +586,14 @@ void TierManager::Prefetch(std::unique_lock<std::mutex>& lock, size_t pos) {
       if (++units_ahead > options_.prefetch_units) break;
     }
     Copy& c = s.copy[static_cast<int>(tier)];
-    if (c.state != Copy::kAbsent) continue;
+    if (trace_overwrite_[q % n]) {
+      overwritten.push_back(id);
+      continue;
+    }
+    if (c.state != Copy::kAbsent ||
+        std::find(overwritten.begin(), overwritten.end(), id) != overwritten.end()) {
+      continue;
+    }
     if (tier == Tier::kHost && options_.max_inflight_bytes &&
         inflight_bytes_[0] + s.host_bytes > options_.max_inflight_bytes) {
       break;
@@ -593,11 +602,16 @@ void TierManager::Prefetch(std::unique_lock<std::mutex>& lock, size_t pos) {
   }
 }
 
-Result<Lease> TierManager::Acquire(ShardId id, Tier tier) {
+Result<Lease> TierManager::Acquire(ShardId id, Tier tier, AcquireMode mode) {
   std::unique_lock lock(mu_);
   if (id >= shards_.size()) return InvalidArgument(fmt::format("Acquire: unknown shard {}", id));
   if (tier != Tier::kHost && tier != Tier::kDevice) {
     return InvalidArgument("Acquire: the tier must be host or device");
+  }
+  const bool overwrite = mode == AcquireMode::kOverwrite;
+  if (overwrite && (tier != Tier::kHost || shards_[id]->copy[kDev].state != Copy::kAbsent)) {
+    return InvalidArgument(fmt::format("Acquire({}): overwrite is for the host tier of a shard "
+                                       "with no device copy", shards_[id]->spec.name));
   }
   if (!sticky_.ok()) return std::exchange(sticky_, Status::Ok());
   Shard& s = *shards_[id];
@@ -605,6 +619,7 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier) {
   // Trace bookkeeping and prefetch accounting.
   if (recording_) {
     trace_.push_back({id, tier});
+    trace_overwrite_.push_back(overwrite);
   } else if (trace_valid_) {
     if (pos_ < trace_.size() && trace_[pos_] == std::make_pair(id, tier)) {
       pos_++;
@@ -615,6 +630,28 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier) {
   // A copy made stale by a newer write elsewhere is dropped before it is used.
   while (c.stale && (c.state == Copy::kLoading || c.state == Copy::kWriting)) cv_.wait(lock);
   if (c.stale && c.state == Copy::kReady && c.pins == 0) FreeCopy(id, tier);
+  if (overwrite && c.state == Copy::kAbsent && s.spec.home != Tier::kHost) {
+    // Nothing to read: take the memory, and the caller fills it.
+    void* p = nullptr;
+    PinnedBlock b;
+    c.pins++;
+    Status st = Reserve(lock, Tier::kHost, s.host_bytes, false, pos_, &p, &b);
+    if (!st.ok()) {
+      c.pins--;
+      return st;
+    }
+    if (c.state == Copy::kAbsent) {
+      c.block = b;
+      c.ptr = p;
+      c.state = Copy::kReady;
+      stats_.overwrites++;
+    } else {
+      pool_.Free(b);  // someone loaded it while we waited for memory
+    }
+    c.last_use = ++tick_;
+    Prefetch(lock, pos_);
+    return Lease(this, id, tier);
+  }
   const bool present = c.state != Copy::kAbsent;
   if (present) stats_.prefetch_hits++;
   else stats_.prefetch_misses++;
@@ -698,6 +735,24 @@ Status TierManager::Invalidate(ShardId id) {
   return Status::Ok();
 }
 
+Status TierManager::Discard(ShardId id) {
+  std::unique_lock lock(mu_);
+  if (id >= shards_.size()) return InvalidArgument(fmt::format("unknown shard {}", id));
+  Shard& s = *shards_[id];
+  for (auto& c : s.copy) {
+    while (c.state == Copy::kLoading || c.state == Copy::kWriting) cv_.wait(lock);
+    if (c.pins > 0) {
+      return FailedPrecondition(fmt::format("Discard({}): a copy is leased", s.spec.name));
+    }
+  }
+  for (auto& c : s.copy) c.dirty = false;
+  FreeCopy(id, Tier::kDevice);
+  FreeCopy(id, Tier::kHost);
+  stats_.discards++;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
 Status TierManager::Flush() {
   std::unique_lock lock(mu_);
   Status first;
@@ -725,6 +780,7 @@ void TierManager::EndStep() {
     if (!recording_ || !trace_.empty()) {
       recording_ = true;
       trace_.clear();
+      trace_overwrite_.clear();
     }
     uses_.clear();
     pos_ = 0;

@@ -54,6 +54,11 @@ std::string_view RoleName(Role r);
 
 using ShardId = uint32_t;
 
+// kRead: the lease sees the shard's current content. kOverwrite (host tier only): the caller
+// overwrites all of it, so an absent copy is not read from home (its content is undefined until
+// written) and prefetch skips it; release it dirty.
+enum class AcquireMode : uint8_t { kRead, kOverwrite };
+
 struct ShardSpec {
   std::string name;  // for messages and traces, e.g. "block3.param16"
   uint32_t unit = 0;
@@ -81,6 +86,7 @@ struct TierStats {
   double stall_seconds = 0;  // time callers spent in Lease::Wait
   uint64_t prefetch_hits = 0, prefetch_misses = 0;
   uint64_t evictions = 0, writebacks = 0;
+  uint64_t overwrites = 0, discards = 0;  // reads and write-backs saved by those modes
   uint64_t peak_host_bytes = 0, peak_device_bytes = 0;
 };
 
@@ -131,8 +137,13 @@ class TierManager {
   // Reads the shard's home content (after Flush), for checks and checkpoints.
   Status ReadHome(ShardId id, void* dst);
 
-  Result<Lease> Acquire(ShardId id, Tier tier);
+  Result<Lease> Acquire(ShardId id, Tier tier, AcquireMode mode = AcquireMode::kRead);
   Status Release(Lease lease, bool dirty);
+
+  // The shard's content is dead (gradients the optimizer consumed): drops every copy without
+  // writing it home, dirty or not. FailedPrecondition when a copy is leased. The home keeps
+  // whatever it held; read the shard again only after overwriting it.
+  Status Discard(ShardId id);
 
   // The home was rewritten behind the manager's back (the optimizer wrote new param16 there):
   // drops every copy. FailedPrecondition when a copy is leased or dirty (it would be lost).
@@ -183,6 +194,7 @@ class TierManager {
   uint64_t tick_ = 0;
   // The trace: recorded in the first step, replayed after.
   std::vector<std::pair<ShardId, Tier>> trace_;
+  std::vector<bool> trace_overwrite_;  // per trace entry: an overwrite acquire (nothing to fetch)
   bool recording_ = true;
   bool trace_valid_ = false;
   size_t pos_ = 0;  // replay position: index of the next expected acquire

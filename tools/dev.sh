@@ -47,12 +47,9 @@ build() {
 
 run_main() {
   build
-  # Until the trainer exists the main job is a short I/O benchmark on a file under build/.
-  local dir="$build_dir/run-tmp"
-  mkdir -p "$dir"
-  "$build_dir/zinf" bench-io --path "$dir" --size 256M --block 1M --qd 8 --time 3 \
-    --op read,write
-  "$build_dir/zinf" info
+  # The main job: `zinf train` on its defaults — a small GPT-2 whose weights, gradients and Adam
+  # state live on NVMe (a swap file under build/train-swap), about a minute here.
+  "$build_dir/zinf" train --summary-json "$build_dir/train-summary.json" "${@}"
 }
 
 run_tests() {
@@ -62,7 +59,7 @@ run_tests() {
 }
 
 case "${1:-}" in
-  run) run_main ;;
+  run) shift; run_main "$@" ;;
   test) run_tests ;;
   setup) setup ;;
   build) build ;;

@@ -375,9 +375,15 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
     }
     st.seconds = Since(t0);
   }
+  ZINF_RETURN_IF_ERROR(DiscardGradients());
   stats_.optimizer_seconds += Since(t0);
   stats_.adam_seconds += st.adam_seconds;
   return st;
+}
+
+Status LayerExecutor::DiscardGradients() {
+  for (auto id : grad_) ZINF_RETURN_IF_ERROR(rt_.tiers->Discard(id));
+  return Status::Ok();
 }
 
 void LayerExecutor::EndStep() { rt_.tiers->EndStep(); }

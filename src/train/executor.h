@@ -102,6 +102,9 @@ class LayerExecutor {
   double grad_sum_squares() const { return grad_sum_squares_; }
   // hyper.grad_scale should fold in the loss-scale unscaling and the clipping coefficient.
   Result<offload::OptimizerStepStats> OptimizerStep(const kernels::AdamHyper& hyper);
+  // The accumulated gradients are dead (consumed by OptimizerStep, which calls this, or a skipped
+  // step): their copies are dropped without being written home.
+  Status DiscardGradients();
   // Ends a step for the tier manager (the first call ends the recording of the access trace).
   void EndStep();
   // Measures the bounds alone: compute over `micro_batches` micro-batches of these tokens with

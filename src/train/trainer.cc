@@ -217,6 +217,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
       pipe_write += os.bytes_written;
     } else {
       ++sum.skipped_steps;
+      ZINF_RETURN_IF_ERROR(ex->DiscardGradients());
     }
     ex->EndStep();
     const double dt = Since(t0);
