@@ -3,6 +3,7 @@
 // model whose parameters and optimizer state live on NVMe under build/, about a minute here.
 #include <csignal>
 #include <filesystem>
+#include <limits>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -22,7 +23,7 @@ void OnInterrupt(int) { g_stop.store(true); }
 struct TrainArgs {
   std::string config, data, init, save, losses, summary, trace, swap_dir, device = "auto";
   std::string device_budget, pinned_budget, offload, precision;
-  bool strict = false, profile = false;
+  bool strict = false, profile = false, overlap_adam = false;
   uint64_t steps = 80, eval_every = 0, synthetic_bytes = 4 << 20;
   uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;
   double lr = 0, clip = -1, h2d_gbps = 0;
@@ -82,6 +83,7 @@ Result<Config> BuildConfig(const CLI::App& cmd, const TrainArgs& a) {
     c.scheduler.warmup_max_lr.reset();
   }
   if (set("--clip")) c.train.gradient_clipping = a.clip;
+  if (set("--overlap-adam")) c.zinf.overlap_adam = a.overlap_adam;
   if (set("--seed")) c.zinf.seed = a.seed;
   if (set("--precision")) {
     c.fp16.enabled = a.precision == "fp16";
@@ -201,21 +203,28 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_option("--config", a->config, "JSON config (DeepSpeed keys + zinf block); flags override it")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--strict", a->strict, "Refuse DeepSpeed keys zinf does not implement");
-  cmd->add_option("--steps", a->steps, "Optimizer steps")->capture_default_str();
+  // The flags' ranges are those config_schema.cc enforces on a file's keys: Config::Validate
+  // checks only cross-field rules, so an override out of range would otherwise get through
+  // (--grad-accum 0 trained nothing and exited 0) or fail later without naming the flag.
+  cmd->add_option("--steps", a->steps, "Optimizer steps")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, std::numeric_limits<uint64_t>::max()));
   cmd->add_option("--data", a->data, "Text file: bytes are tokens, the last 10% held out "
                                      "(default: the built-in synthetic arithmetic corpus)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--synthetic-bytes", a->synthetic_bytes, "Size of the synthetic corpus")
       ->capture_default_str();
-  cmd->add_option("--layers", a->layers, "zinf.model.layers");
-  cmd->add_option("--width", a->width, "zinf.model.width");
-  cmd->add_option("--heads", a->heads, "zinf.model.heads");
-  cmd->add_option("--seq-len", a->seq_len, "zinf.model.seq_len");
-  cmd->add_option("--vocab", a->vocab, "zinf.model.vocab");
-  cmd->add_option("--batch", a->batch, "train_micro_batch_size_per_gpu");
-  cmd->add_option("--grad-accum", a->accum, "gradient_accumulation_steps");
-  cmd->add_option("--lr", a->lr, "optimizer.params.lr");
-  cmd->add_option("--clip", a->clip, "gradient_clipping (0 = off)");
+  cmd->add_option("--layers", a->layers, "zinf.model.layers")->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--width", a->width, "zinf.model.width")->check(CLI::Range(1u, 65536u));
+  cmd->add_option("--heads", a->heads, "zinf.model.heads")->check(CLI::Range(1u, 1024u));
+  cmd->add_option("--seq-len", a->seq_len, "zinf.model.seq_len")->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("--vocab", a->vocab, "zinf.model.vocab")->check(CLI::Range(2u, 1u << 24));
+  cmd->add_option("--batch", a->batch, "train_micro_batch_size_per_gpu")
+      ->check(CLI::Range(1u, std::numeric_limits<uint32_t>::max()));
+  cmd->add_option("--grad-accum", a->accum, "gradient_accumulation_steps")
+      ->check(CLI::Range(1u, std::numeric_limits<uint32_t>::max()));
+  cmd->add_option("--lr", a->lr, "optimizer.params.lr")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--clip", a->clip, "gradient_clipping (0 = off)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", a->seed, "zinf.seed: weights and data");
   cmd->add_option("--precision", a->precision, "bf16 or fp16 (dynamic loss scaling)")
       ->check(CLI::IsMember({"bf16", "fp16"}));
@@ -232,6 +241,9 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_option("--losses", a->losses, "Write each step's loss as JSON lines");
   cmd->add_option("--summary-json", a->summary, "Write the run's summary as one JSON object");
   cmd->add_option("--trace", a->trace, "Write a Chrome trace-event JSON");
+  cmd->add_flag("--overlap-adam", a->overlap_adam,
+                "zinf.overlap_adam: each unit's Adam during backward (clipping with the previous "
+                "step's coefficient)");
   cmd->add_flag("--profile", a->profile,
                 "Also measure compute, NVMe I/O and Adam alone and print the step over the largest");
   cmd->callback([a, cmd, &exit_code] { exit_code = RunTrain(*cmd, *a); });

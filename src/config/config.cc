@@ -163,6 +163,12 @@ std::vector<std::string> ValidateLines(const Config& c) {
         "fp16.enabled: true together with bf16.enabled true; expected at most one "
         "16-bit format enabled");
   }
+  if (c.zinf.overlap_adam && c.fp16.enabled && c.fp16.loss_scale == 0) {
+    out.push_back(
+        "zinf.overlap_adam: true with fp16 dynamic loss scaling (fp16.loss_scale 0); expected "
+        "bf16, or a static fp16.loss_scale: an overflow found late in backward could not undo "
+        "the units already updated");
+  }
 
   const SchedulerConfig& s = c.scheduler;
   if ((s.type == SchedulerType::kWarmupLR || s.type == SchedulerType::kWarmupDecayLR) &&
@@ -469,6 +475,7 @@ nlohmann::ordered_json Config::ToJson() const {
                  {"swap_dir", zinf.swap_dir},
                  {"trace_file", zinf.trace_file},
                  {"adam_threads", zinf.adam_threads},
+                 {"overlap_adam", zinf.overlap_adam},
                  {"seed", zinf.seed},
                  {"model",
                   {{"layers", m.layers},

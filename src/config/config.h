@@ -210,6 +210,11 @@ struct ZinfConfig {
   std::string swap_dir;       // zinf's own swap (gradient spill); default: see Config::SwapDir()
   std::string trace_file;     // Chrome trace-event JSON written here when not empty
   uint32_t adam_threads = 0;  // CPU Adam workers, 0 = one per core: 0..1024
+  // Run each unit's Adam as soon as its gradients are final, during the last micro-batch's
+  // backward (overlapping the CPU optimizer with device compute). Gradient clipping then uses
+  // the coefficient of the PREVIOUS step's global norm (the first step is unclipped); refused
+  // with fp16 dynamic loss scaling (an overflow found later could not undo earlier updates).
+  bool overlap_adam = false;
   uint64_t seed = 1337;       // weight initialisation and the synthetic corpus
   ModelConfig model;
   bool strict = false;  // refuse unimplemented DeepSpeed keys instead of warning
@@ -243,6 +248,7 @@ struct Config {
 
   // Cross-field rules: nvme_path given for an "nvme" device; the batch keys agree
   // (train_batch_size = micro × accumulation × world size 1); fp16 and bf16 not both enabled;
+  // zinf.overlap_adam not with fp16 dynamic loss scaling;
   // warmup_min_lr <= warmup_max_lr; model width divisible by heads; with NVMe in use the pinned
   // budget holds at least one aio block; the largest unit's 16-bit parameters fit the device
   // budget; stripe_paths not repeated. Call again after changing fields (command-line overrides).

@@ -259,6 +259,7 @@ void ReadZinf(Reader r, ZinfConfig* c) {
   r.String("swap_dir", &c->swap_dir, "a directory path");
   r.String("trace_file", &c->trace_file, "a file path");
   r.Uint32("adam_threads", &c->adam_threads, 0, 1024);
+  r.Bool("overlap_adam", &c->overlap_adam);
   r.Uint("seed", &c->seed, 0, kU64Max);
   ReadModel(r.Object("model"), &c->model);
   r.Bool("strict", &c->strict);

@@ -138,7 +138,10 @@ Status LayerExecutor::AllocateDevice() {
   uint64_t total = token_floats * 4 + (2 * d.MaxUnitParams() + 255) / 256 * 256;
   for (auto& p : parts) total += (p.elems * 4 + 255) / 256 * 256;
   stats_.device_buffer_bytes = total;
-  const uint64_t need_p16 = Param16Bytes(d.MaxUnitParams()) + Param16Bytes(d.UnitParams(0));
+  // Two units' 16-bit weights must fit beside the buffers, and a backend's own small buffers
+  // (the CUDA backend's per-row loss gradient: 4N bytes).
+  const uint64_t need_p16 = Param16Bytes(d.MaxUnitParams()) + Param16Bytes(d.UnitParams(0)) +
+                            4 * N + 256;
   if (total + need_p16 > rt_.device->budget_bytes()) {
     return ResourceExhausted(fmt::format(
         "zinf.budgets.device_bytes: {} ({}) cannot hold the executor's buffers ({}: activations "
@@ -297,7 +300,11 @@ Status LayerExecutor::HandOverGrad(uint32_t unit, const float* grad, float scale
 Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
                                                         const int32_t* targets, float loss_scale,
                                                         float accumulate_scale, bool first,
-                                                        bool last) {
+                                                        bool last,
+                                                        const kernels::AdamHyper* overlap) {
+  if (overlap != nullptr && !last) {
+    return InvalidArgument("ForwardBackward: the optimizer overlaps only the last micro-batch");
+  }
   const GptDims& d = dims_;
   const int B = batch_, T = seq_;
   const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
@@ -305,6 +312,26 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   MicroBatchResult r;
   ZINF_ASSIGN_OR_RETURN(r.loss, ForwardAll());
   if (last) grad_sum_squares_ = 0;
+
+  // With overlap, a unit whose gradients are final is updated right after the next unit's
+  // backward is enqueued (on a GPU the two then run at once).
+  int64_t pending = -1;
+  auto hand_over = [&](uint32_t unit, const float* grad) -> Status {
+    ZINF_RETURN_IF_ERROR(HandOverGrad(unit, grad, accumulate_scale, first, last, &r.finite));
+    if (overlap == nullptr) return Status::Ok();
+    if (!r.finite) {
+      return Aborted(fmt::format("non-finite gradients in {} with zinf.overlap_adam: the units "
+                                 "after it in backward order are already updated", d.UnitName(unit)));
+    }
+    pending = unit;
+    return Status::Ok();
+  };
+  auto step_pending = [&]() -> Status {
+    if (pending < 0) return Status::Ok();
+    const auto unit = static_cast<uint32_t>(pending);
+    pending = -1;
+    return StepUnit(unit, *overlap, &r.optimizer);
+  };
 
   const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
   const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
@@ -317,7 +344,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
                                            ViewFinal(gbuf_, d), wemb_, gemb_, xs_ + NC * d.L,
                                            d_targets_, h, dres_, loss_scale, B, T));
   stats_.compute_seconds += Since(t0);
-  ZINF_RETURN_IF_ERROR(HandOverGrad(fin, gbuf_, accumulate_scale, first, last, &r.finite));
+  ZINF_RETURN_IF_ERROR(hand_over(fin, gbuf_));
   for (int l = d.L - 1; l >= 0; --l) {
     ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_));
     t0 = Clock::now();
@@ -330,13 +357,17 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
     ZINF_RETURN_IF_ERROR(BlockBackward<float>(be_, d, w, ViewBlock(gbuf_, d), xs_ + NC * l, a,
                                               dres_, scratch_, B, T));
     stats_.compute_seconds += Since(t0);
-    ZINF_RETURN_IF_ERROR(HandOverGrad(l + 1, gbuf_, accumulate_scale, first, last, &r.finite));
+    ZINF_RETURN_IF_ERROR(step_pending());
+    ZINF_RETURN_IF_ERROR(hand_over(l + 1, gbuf_));
   }
   t0 = Clock::now();
   ZINF_RETURN_IF_ERROR(EmbeddingBackward<float>(be_, d, ViewEmbedding(gemb_, d), d_tokens_, dres_,
                                                 B, T));
   stats_.compute_seconds += Since(t0);
-  ZINF_RETURN_IF_ERROR(HandOverGrad(0, gemb_, accumulate_scale, first, last, &r.finite));
+  ZINF_RETURN_IF_ERROR(step_pending());
+  ZINF_RETURN_IF_ERROR(hand_over(0, gemb_));
+  ZINF_RETURN_IF_ERROR(step_pending());
+  stats_.adam_seconds += r.optimizer.adam_seconds;
   return r;
 }
 
@@ -345,38 +376,59 @@ Result<double> LayerExecutor::Evaluate(const int32_t* tokens, const int32_t* tar
   return ForwardAll();
 }
 
+Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
+                               offload::OptimizerStepStats* st) {
+  auto t0 = Clock::now();
+  offload::TierManager& tm = *rt_.tiers;
+  if (pipeline_ != nullptr) {
+    ZINF_ASSIGN_OR_RETURN(offload::OptimizerStepStats one,
+                          pipeline_->Step(std::span(&opt_units_[u], 1), hyper));
+    ZINF_RETURN_IF_ERROR(tm.Invalidate(p16_[u]));  // its home was rewritten
+    st->units += one.units;
+    st->adam_seconds += one.adam_seconds;
+    st->read_wait_seconds += one.read_wait_seconds;
+    st->bytes_read += one.bytes_read;
+    st->bytes_written += one.bytes_written;
+  } else {
+    const uint64_t n = dims_.UnitParams(u);
+    ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[u], Tier::kHost));
+    auto g = lease.Wait();
+    if (!g.ok()) {
+      tm.Release(std::move(lease), false).IgnoreError();
+      return g.status();
+    }
+    kernels::AdamBuffers b{master_[u].data(), *g, kernels::DType::kF32, exp_avg_[u].data(),
+                           exp_avg_sq_[u].data(), kernels::DType::kF32, p16_staging_.data(),
+                           options_.param16_type, n};
+    auto a0 = Clock::now();
+    auto r = kernels::AdamStep(hyper, b, options_.adam);
+    st->adam_seconds += Since(a0);
+    ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
+    ZINF_RETURN_IF_ERROR(r.status());
+    ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
+    ++st->units;
+  }
+  ZINF_RETURN_IF_ERROR(tm.Discard(grad_[u]));
+  const double dt = Since(t0);
+  st->seconds += dt;
+  stats_.optimizer_seconds += dt;
+  return Status::Ok();
+}
+
 Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::AdamHyper& hyper) {
   auto t0 = Clock::now();
   offload::TierManager& tm = *rt_.tiers;
   offload::OptimizerStepStats st;
   if (pipeline_ != nullptr) {
+    // All units through the pipeline at once: reads run ahead, writes behind.
     ZINF_ASSIGN_OR_RETURN(st, pipeline_->Step(opt_units_, hyper));
     // The pipeline rewrote every param16 home: the cached copies are stale.
     for (auto id : p16_) ZINF_RETURN_IF_ERROR(tm.Invalidate(id));
+    ZINF_RETURN_IF_ERROR(DiscardGradients());
+    stats_.optimizer_seconds += Since(t0);
   } else {
-    for (uint32_t u = 0; u < dims_.units(); ++u) {
-      const uint64_t n = dims_.UnitParams(u);
-      ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[u], Tier::kHost));
-      auto g = lease.Wait();
-      if (!g.ok()) {
-        tm.Release(std::move(lease), false).IgnoreError();
-        return g.status();
-      }
-      kernels::AdamBuffers b{master_[u].data(), *g, kernels::DType::kF32, exp_avg_[u].data(),
-                             exp_avg_sq_[u].data(), kernels::DType::kF32, p16_staging_.data(),
-                             options_.param16_type, n};
-      auto a0 = Clock::now();
-      auto r = kernels::AdamStep(hyper, b, options_.adam);
-      st.adam_seconds += Since(a0);
-      ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
-      ZINF_RETURN_IF_ERROR(r.status());
-      ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
-      ++st.units;
-    }
-    st.seconds = Since(t0);
+    for (uint32_t u = 0; u < dims_.units(); ++u) ZINF_RETURN_IF_ERROR(StepUnit(u, hyper, &st));
   }
-  ZINF_RETURN_IF_ERROR(DiscardGradients());
-  stats_.optimizer_seconds += Since(t0);
   stats_.adam_seconds += st.adam_seconds;
   return st;
 }

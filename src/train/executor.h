@@ -48,6 +48,8 @@ struct ExecutorOptions {
   bool params_on_nvme = false;
   bool optimizer_on_nvme = false;
   unsigned pipeline_slabs = 3;  // OptimizerPipeline depth (zinf.pipeline_depth + 1)
+  // zinf.overlap_adam: ForwardBackward(..., overlap) updates each unit as soon as its gradients
+  // are final, while the device computes the next unit's backward.
   kernels::AdamOptions adam;
   Tracer* tracer = nullptr;
 };
@@ -55,6 +57,7 @@ struct ExecutorOptions {
 struct MicroBatchResult {
   double loss = 0;     // mean cross-entropy of the micro-batch (unscaled)
   bool finite = true;  // every accumulated gradient finite
+  offload::OptimizerStepStats optimizer;  // the overlapped optimizer step, when one ran
 };
 
 struct ExecutorStats {
@@ -92,10 +95,14 @@ class LayerExecutor {
   // The fp32 master weights of a unit (UnitParams elements).
   Status GetUnitWeights(uint32_t unit, float* master);
 
-  // tokens, targets: batch*seq values each, in [0, V).
+  // tokens, targets: batch*seq values each, in [0, V). With `overlap` (only with last = true):
+  // each unit's optimizer step runs with these hyper-parameters as soon as the unit's gradients
+  // are final, overlapping the next unit's backward on the device; OptimizerStep is then not
+  // called for this step. A non-finite gradient then fails the call (Aborted): units updated
+  // before it cannot be undone.
   Result<MicroBatchResult> ForwardBackward(const int32_t* tokens, const int32_t* targets,
                                            float loss_scale, float accumulate_scale, bool first,
-                                           bool last);
+                                           bool last, const kernels::AdamHyper* overlap = nullptr);
   Result<double> Evaluate(const int32_t* tokens, const int32_t* targets);
   // Σ g² of the accumulated fp32 gradients, measured during the last micro-batch (ForwardBackward
   // with last = true).
@@ -129,6 +136,8 @@ class LayerExecutor {
   Result<double> ForwardAll();
   Status HandOverGrad(uint32_t unit, const float* grad, float scale, bool first, bool last,
                       bool* finite);
+  // One unit's optimizer step (its gradients final), new param16 home, gradients discarded.
+  Status StepUnit(uint32_t unit, const kernels::AdamHyper& hyper, offload::OptimizerStepStats* st);
   Status WriteNvme(const offload::Extent& e, const void* src, uint64_t bytes);
   Status ReadNvme(const offload::Extent& e, void* dst, uint64_t bytes);
 

@@ -169,6 +169,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   uint64_t applied = 0;
   offload::TierStats prev = rt->tiers->stats();
   uint64_t pipe_read = 0, pipe_write = 0;
+  const bool overlap = c.zinf.overlap_adam;
+  double prev_clip = 1.0;
   for (uint64_t step = 0; step < opt.steps; ++step) {
     if (opt.stop != nullptr && opt.stop->load()) {
       Log().warn("train: stopped by request after {} steps", step);
@@ -179,14 +181,34 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     const double loss_scale = fp16 ? scaler.scale() : 1.0;
     double loss = 0;
     bool finite = true;
+    const double lr = schedule.LrForStep(applied);
+    auto hyper_with = [&](double clip) {
+      kernels::AdamHyper h;
+      h.lr = static_cast<float>(lr);
+      h.beta1 = static_cast<float>(c.optimizer.beta1);
+      h.beta2 = static_cast<float>(c.optimizer.beta2);
+      h.eps = static_cast<float>(c.optimizer.eps);
+      h.weight_decay = static_cast<float>(c.optimizer.weight_decay);
+      h.adamw = c.optimizer.DecoupledWeightDecay();
+      h.bias_correction = c.optimizer.bias_correction;
+      h.step = static_cast<int64_t>(applied + 1);
+      h.grad_scale = static_cast<float>(clip / loss_scale);
+      return h;
+    };
+    // With overlap_adam the units are updated during the last backward, clipped with the
+    // coefficient of the previous step's norm (the current one is not known yet).
+    const kernels::AdamHyper overlap_hyper = hyper_with(prev_clip);
+    offload::OptimizerStepStats os;
     for (uint64_t m = 0; m < gas; ++m) {
       train_data.Next(x.data(), y.data());
+      const bool last = m + 1 == gas;
       ZINF_ASSIGN_OR_RETURN(MicroBatchResult r,
                             ex->ForwardBackward(x.data(), y.data(), static_cast<float>(loss_scale),
-                                                1.0f / static_cast<float>(gas), m == 0,
-                                                m + 1 == gas));
+                                                1.0f / static_cast<float>(gas), m == 0, last,
+                                                overlap && last ? &overlap_hyper : nullptr));
       loss += r.loss / static_cast<double>(gas);
       finite = finite && r.finite;
+      if (overlap && last) os = r.optimizer;
     }
     bool skip = !finite;
     if (fp16) {
@@ -198,27 +220,18 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     if (c.train.gradient_clipping > 0 && std::isfinite(norm)) {
       clip = std::min(1.0, c.train.gradient_clipping / (norm + 1e-6));
     }
-    const double lr = schedule.LrForStep(applied);
-    offload::OptimizerStepStats os;
-    if (!skip) {
-      kernels::AdamHyper h;
-      h.lr = static_cast<float>(lr);
-      h.beta1 = static_cast<float>(c.optimizer.beta1);
-      h.beta2 = static_cast<float>(c.optimizer.beta2);
-      h.eps = static_cast<float>(c.optimizer.eps);
-      h.weight_decay = static_cast<float>(c.optimizer.weight_decay);
-      h.adamw = c.optimizer.DecoupledWeightDecay();
-      h.bias_correction = c.optimizer.bias_correction;
-      h.step = static_cast<int64_t>(applied + 1);
-      h.grad_scale = static_cast<float>(clip / loss_scale);
-      ZINF_ASSIGN_OR_RETURN(os, ex->OptimizerStep(h));
+    if (overlap) {
+      ++applied;  // already applied unit by unit (a non-finite gradient would have failed)
+    } else if (!skip) {
+      ZINF_ASSIGN_OR_RETURN(os, ex->OptimizerStep(hyper_with(clip)));
       ++applied;
-      pipe_read += os.bytes_read;
-      pipe_write += os.bytes_written;
     } else {
       ++sum.skipped_steps;
       ZINF_RETURN_IF_ERROR(ex->DiscardGradients());
     }
+    prev_clip = clip;
+    pipe_read += os.bytes_read;
+    pipe_write += os.bytes_written;
     ex->EndStep();
     const double dt = Since(t0);
     step_times.push_back(dt);

@@ -12,6 +12,8 @@
 //   adam_w_mode), scheduler (WarmupLR, WarmupDecayLR, WarmupCosineLR), bf16 (default) or fp16
 //   with DeepSpeed's dynamic loss scaling: a step whose gradients hold an inf or a NaN is
 //   skipped (state untouched) and counted; in bf16 such a step is skipped and counted too.
+// zinf.overlap_adam runs each unit's Adam during the last micro-batch's backward (executor.h),
+// clipping with the previous step's coefficient.
 // One progress line per step goes to `progress` (step, loss, lr, tokens/s, stall %, NVMe GB/s,
 // ETA). A stop request (Ctrl-C) ends the run after the current step; weights are still saved.
 // Errors name the file, field or value at fault.
@@ -46,7 +48,6 @@ struct TrainOptions {
   DeviceKind device = DeviceKind::kAuto;
   double h2d_gbps = 0;             // host-emulated device link (0 = memcpy speed)
   bool profile = false;            // measure the three bounds (compute, NVMe, Adam) alone
-  bool overlap_adam = false;       // reserved: Adam per unit during backward (not yet)
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> progress;  // one line per step
 };

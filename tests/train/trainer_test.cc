@@ -97,6 +97,30 @@ TEST(TrainerTest, OffloadChangesNothingBitForBit) {
   }
 }
 
+// Without clipping, updating each unit during backward gives the same bits as one optimizer
+// step after it — on the in-memory optimizer and on the NVMe pipeline.
+TEST(TrainerTest, OverlappedAdamMatchesTheStepAfterBackwardWithoutClipping) {
+  zinf::testing::TempDir tmp;
+  for (bool nvme : {false, true}) {
+    Config c = nvme ? Offloaded(tmp.path()) : SmallModel();
+    c.train.gradient_clipping = 0;
+    auto plain = Train(Options(c, tmp.path(), "plain", 3));
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    c.zinf.overlap_adam = true;
+    auto overlapped = Train(Options(c, tmp.path(), "overlap", 3));
+    ASSERT_TRUE(overlapped.ok()) << overlapped.status().ToString();
+    EXPECT_EQ(ReadLosses(tmp / "plain.losses"), ReadLosses(tmp / "overlap.losses")) << nvme;
+    EXPECT_TRUE(ReadTensors(tmp / "plain.safetensors") == ReadTensors(tmp / "overlap.safetensors"))
+        << "nvme " << nvme;
+  }
+  Config bad = SmallModel();
+  bad.zinf.overlap_adam = true;
+  bad.fp16.enabled = true;
+  auto refused = Train(Options(bad, tmp.path(), "bad", 1));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("zinf.overlap_adam"), std::string::npos);
+}
+
 TEST(TrainerTest, LossFallsOnTheSyntheticCorpus) {
   zinf::testing::TempDir tmp;
   Config c = SmallModel();
