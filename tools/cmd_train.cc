@@ -1,7 +1,9 @@
 // `zinf train`: train the GPT-2 model of the config (or of the flags) with its state paged
 // among the device, pinned host memory and NVMe. Without flags it runs the default job: a small
 // model whose parameters and optimizer state live on NVMe under build/, about a minute here.
+#include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <unistd.h>
@@ -19,6 +21,18 @@ namespace {
 std::atomic<bool> g_stop{false};
 
 void OnInterrupt(int) { g_stop.store(true); }
+
+// A finite number >= 0 (CLI::NonNegativeNumber's message would print DBL_MAX as its bound).
+const CLI::Validator kNonNegative(
+    [](std::string& s) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str(), &end);
+      if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || v < 0) {
+        return "Value " + s + " is not a finite number >= 0";
+      }
+      return {};
+    },
+    "NONNEGATIVE");
 
 struct TrainArgs {
   std::string config, data, init, save, losses, summary, trace, swap_dir, device = "auto";
@@ -189,6 +203,9 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
                "step {:.3f} s = {:.3f} x the largest\n",
                s.compute_bound_seconds, s.io_bound_seconds, s.adam_bound_seconds,
                s.step_seconds_median, s.step_over_bound);
+    fmt::print("         per step in the run: compute {:.3f} s, waiting for weights {:.3f} s, "
+               "gradient hand-over {:.3f} s, optimizer {:.3f} s\n",
+               s.compute_seconds, s.stall_seconds, s.grad_seconds, s.optimizer_seconds);
   }
   return g_stop.load() ? 130 : 0;
 }
@@ -223,8 +240,8 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1u, std::numeric_limits<uint32_t>::max()));
   cmd->add_option("--grad-accum", a->accum, "gradient_accumulation_steps")
       ->check(CLI::Range(1u, std::numeric_limits<uint32_t>::max()));
-  cmd->add_option("--lr", a->lr, "optimizer.params.lr")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--clip", a->clip, "gradient_clipping (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lr", a->lr, "optimizer.params.lr")->check(kNonNegative);
+  cmd->add_option("--clip", a->clip, "gradient_clipping (0 = off)")->check(kNonNegative);
   cmd->add_option("--seed", a->seed, "zinf.seed: weights and data");
   cmd->add_option("--precision", a->precision, "bf16 or fp16 (dynamic loss scaling)")
       ->check(CLI::IsMember({"bf16", "fp16"}));

@@ -81,6 +81,10 @@ std::string TrainSummary::ToJson() const {
                       {"backend", backend},
                       {"io_engine", io_engine}};
   if (val_loss >= 0) j["val_loss"] = val_loss;
+  j["compute_seconds_per_step"] = compute_seconds;
+  j["stall_seconds_per_step"] = stall_seconds;
+  j["grad_seconds_per_step"] = grad_seconds;
+  j["optimizer_seconds_per_step"] = optimizer_seconds;
   if (step_over_bound > 0) {
     j["compute_bound_seconds"] = compute_bound_seconds;
     j["io_bound_seconds"] = io_bound_seconds;
@@ -284,6 +288,14 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.peak_device_bytes = rt->device->peak_bytes();
   sum.device_budget_bytes = rt->device->budget_bytes();
   sum.peak_pinned_bytes = rt->pool->peak_bytes();
+  if (sum.steps > 0) {
+    const ExecutorStats es = ex->stats();
+    const double n = static_cast<double>(sum.steps);
+    sum.compute_seconds = es.compute_seconds / n;
+    sum.stall_seconds = es.stall_seconds / n;
+    sum.grad_seconds = es.grad_seconds / n;
+    sum.optimizer_seconds = es.optimizer_seconds / n;
+  }
   sum.pinned_budget_bytes = rt->pool->budget_bytes();
 
   if (opt.profile && sum.steps > 0) {

@@ -63,6 +63,8 @@ struct TrainSummary {
   // --profile: each bound measured alone in the same run, and the step over their max.
   double compute_bound_seconds = 0, io_bound_seconds = 0, adam_bound_seconds = 0;
   double step_over_bound = 0;
+  // Where the executor's time went, per step (medians are not kept: totals / steps).
+  double compute_seconds = 0, stall_seconds = 0, grad_seconds = 0, optimizer_seconds = 0;
   std::string ToJson() const;
 };
 
