@@ -189,11 +189,16 @@ Status Engine::RegisterBuffer(void* base, size_t len) {
   std::lock_guard lock(mu_);
   if (!ops_.empty()) return FailedPrecondition("RegisterBuffer with requests in flight");
   auto* p = static_cast<const char*>(base);
-  for (const iovec& r : regions_) {
+  for (const iovec& r : requested_) {
     auto* rb = static_cast<const char*>(r.iov_base);
     if (p >= rb && p + len <= rb + r.iov_len) return Status::Ok();  // already registered
   }
-  regions_.push_back(iovec{base, len});
+  requested_.push_back(iovec{base, len});
+  // The kernel takes fixed buffers of at most 1 GiB each (a larger one fails with EFAULT):
+  // a larger range is registered as consecutive 1 GiB pieces.
+  for (size_t off = 0; off < len; off += kMaxFixedBufferBytes) {
+    regions_.push_back(iovec{const_cast<char*>(p) + off, std::min(kMaxFixedBufferBytes, len - off)});
+  }
   std::sort(regions_.begin(), regions_.end(),
             [](const iovec& a, const iovec& b) { return a.iov_base < b.iov_base; });
   Status s = backend_->RegisterBuffers(regions_);

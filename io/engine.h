@@ -101,7 +101,8 @@ class Engine {
 
   Result<FileId> AddFile(FileLayout layout);
   Status RemoveFile(FileId file);
-  // Registers [base, base+len) with the kernel (io_uring fixed buffers) in addition to those
+  // Registers [base, base+len) with the kernel (io_uring fixed buffers; a range above 1 GiB, the
+  // kernel's limit per buffer, as 1 GiB pieces) in addition to those
   // registered before (memory inside a registered range is not registered again). Memory that
   // is not registered still works, through plain reads/writes.
   Status RegisterBuffer(void* base, size_t len);
@@ -157,7 +158,9 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a reap finished
   std::vector<FileEntry> files_;
-  std::vector<iovec> regions_;  // registered buffers, sorted by base
+  std::vector<iovec> requested_;  // the ranges given to RegisterBuffer
+  std::vector<iovec> regions_;  // registered buffers (at most 1 GiB each), sorted by base
+  static constexpr size_t kMaxFixedBufferBytes = size_t{1} << 30;  // the kernel's limit
   bool buffers_registered_ = false;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;

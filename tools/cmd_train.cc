@@ -38,7 +38,7 @@ struct TrainArgs {
   std::string config, data, init, save, losses, summary, trace, swap_dir, device = "auto";
   std::string device_budget, pinned_budget, offload, precision;
   bool strict = false, profile = false, overlap_adam = false;
-  uint64_t steps = 80, eval_every = 0, synthetic_bytes = 4 << 20;
+  uint64_t steps = 150, eval_every = 0, synthetic_bytes = 4 << 20;
   uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;
   double lr = 0, clip = -1, h2d_gbps = 0;
   uint64_t seed = 0;
