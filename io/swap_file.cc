@@ -1,5 +1,10 @@
 #include "io/swap_file.h"
 
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +40,19 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const SwapFileOptions& o) {
                                                       : o.name)).string();
     auto f = File::Open(path, File::Options{.create = true, .direct = o.direct});
     if (!f.ok()) return f.status();
+    // One process per swap file: a second run on the same directory would corrupt both.
+    if (::flock((*f)->fd(), LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      return e == EWOULDBLOCK
+                 ? FailedPrecondition(fmt::format("swap file {} is in use by another process; "
+                                                  "give each run its own swap directory", path))
+                 : Status::FromErrno(e, "lock swap file " + path);
+    }
+    // A swap file starts empty (what a crashed run left is discarded), so after preallocation
+    // every byte reads as zero.
+    if (::ftruncate((*f)->fd(), 0) != 0) {
+      return Status::FromErrno(errno, "truncate swap file " + path);
+    }
     swap->offset_align_ = std::max(swap->offset_align_, (*f)->alignment().offset);
     swap->mem_align_ = std::max(swap->mem_align_, (*f)->alignment().mem);
     swap->members_.push_back(std::move(f).value());

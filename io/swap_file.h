@@ -5,8 +5,11 @@
 // never through a symlink, and preallocates each to its full size before returning — a full
 // disk fails here, naming the path and the bytes needed, before any work starts. Striping is
 // RAID-0 in software: stripe unit k lives in member k % n (io::FileLayout says how). An existing
-// regular file at the path is reused (grown if needed). With remove_on_close the files are
-// unlinked when the SwapFile is destroyed.
+// regular file at the path is reused but emptied first (truncated to 0, then preallocated), so a
+// new swap file always reads as zeros until written. Each member is locked (flock) for the life
+// of the SwapFile: a second process on the same path is refused (FailedPrecondition) instead of
+// corrupting the first. With remove_on_close the files are unlinked when the SwapFile is
+// destroyed.
 //
 // Thread-safety: immutable after Create; Layout() may be called from any thread.
 #pragma once

@@ -188,9 +188,13 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
   const offload::OptimizerUnit& ou = opt_units_[unit];
   if (options_.optimizer_on_nvme) {
     ZINF_RETURN_IF_ERROR(WriteNvme(ou.master, master, 4 * n));
-    std::vector<float> zeros(n, 0.0f);
-    ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg, zeros.data(), 4 * n));
-    ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg_sq, zeros.data(), 4 * n));
+    // A new swap file reads as zeros (io/swap_file.h): the moments need writing only once an
+    // optimizer step has written them.
+    if (!moments_zero_at_home_) {
+      std::vector<float> zeros(n, 0.0f);
+      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg, zeros.data(), 4 * n));
+      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg_sq, zeros.data(), 4 * n));
+    }
   } else {
     std::memcpy(master_[unit].data(), master, 4 * n);
     std::fill(exp_avg_[unit].begin(), exp_avg_[unit].end(), 0.0f);
@@ -381,6 +385,7 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
   auto t0 = Clock::now();
   offload::TierManager& tm = *rt_.tiers;
   if (pipeline_ != nullptr) {
+    moments_zero_at_home_ = false;
     ZINF_ASSIGN_OR_RETURN(offload::OptimizerStepStats one,
                           pipeline_->Step(std::span(&opt_units_[u], 1), hyper));
     ZINF_RETURN_IF_ERROR(tm.Invalidate(p16_[u]));  // its home was rewritten
@@ -421,6 +426,7 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
   offload::OptimizerStepStats st;
   if (pipeline_ != nullptr) {
     // All units through the pipeline at once: reads run ahead, writes behind.
+    moments_zero_at_home_ = false;
     ZINF_ASSIGN_OR_RETURN(st, pipeline_->Step(opt_units_, hyper));
     // The pipeline rewrote every param16 home: the cached copies are stale.
     for (auto id : p16_) ZINF_RETURN_IF_ERROR(tm.Invalidate(id));

@@ -165,6 +165,7 @@ class LayerExecutor {
         *gemb_ = nullptr;
   void* g16_ = nullptr;  // one unit's gradient in the working precision, for the hand-over
   double grad_sum_squares_ = 0;
+  bool moments_zero_at_home_ = true;  // no optimizer step has written the NVMe moments yet
   ExecutorStats stats_;
 };
 

@@ -97,3 +97,38 @@ TEST(SwapFileTest, StripeUnitMustMatchTheAlignment) {
 
 }  // namespace
 }  // namespace zinf::io
+
+namespace zinf::io {
+namespace {
+
+TEST(SwapFileTest, ASecondProcessOnTheSamePathIsRefused) {
+  zinf::testing::TempDir dir;
+  auto first = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("in use"), std::string::npos);
+  first->reset();
+  EXPECT_TRUE(SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false}).ok());
+}
+
+// What a crashed run left in the file is gone: a new swap file reads as zeros.
+TEST(SwapFileTest, ALeftoverFileStartsOverAsZeros) {
+  zinf::testing::TempDir dir;
+  {
+    std::ofstream junk(dir / "zinf.swap", std::ios::binary);
+    std::string bytes(1 << 20, '\x5a');
+    junk.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  ASSERT_EQ(::chmod((dir / "zinf.swap").c_str(), 0600), 0);
+  auto swap = SwapFile::Create({.dirs = {dir.path()}, .size = 2 << 20, .direct = false});
+  ASSERT_TRUE(swap.ok()) << swap.status().ToString();
+  std::ifstream in(dir / "zinf.swap", std::ios::binary);
+  std::string back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(back.size(), 2u << 20);
+  EXPECT_EQ(back, std::string(2 << 20, '\0'));
+}
+
+}  // namespace
+}  // namespace zinf::io
