@@ -17,12 +17,22 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <string>
 #include <string_view>
 
 #include "kernels/cpu/dtype.h"
 #include "zinf/status.h"
 
 namespace zinf::train {
+
+// InvalidArgument naming the op unless every dimension is positive (both backends check so).
+inline Status CheckShape(const char* op, std::initializer_list<long> dims) {
+  for (long d : dims) {
+    if (d <= 0) return InvalidArgument(std::string(op) + ": dimensions must be positive");
+  }
+  return Status::Ok();
+}
 
 template <typename T>
 class Backend {

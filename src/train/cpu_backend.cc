@@ -13,13 +13,6 @@ namespace {
 
 namespace ops = kernels::cpu;
 
-Status CheckShape(const char* op, std::initializer_list<long> dims) {
-  for (long d : dims) {
-    if (d <= 0) return InvalidArgument(fmt::format("{}: dimensions must be positive", op));
-  }
-  return Status::Ok();
-}
-
 template <typename T>
 class CpuBackend final : public Backend<T> {
  public:

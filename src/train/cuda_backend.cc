@@ -14,13 +14,6 @@ namespace {
 
 namespace ops = kernels::cuda;
 
-Status CheckShape(const char* op, std::initializer_list<long> dims) {
-  for (long d : dims) {
-    if (d <= 0) return InvalidArgument(fmt::format("{}: dimensions must be positive", op));
-  }
-  return Status::Ok();
-}
-
 class CudaBackend final : public Backend<float> {
  public:
   CudaBackend(Device& device, Stream* compute, std::unique_ptr<ops::CublasHandle> cublas)
