@@ -3,11 +3,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <cerrno>
-
-#include <unistd.h>
-
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 
 #include <fmt/format.h>

@@ -172,8 +172,12 @@ Status TierManager::WriteHome(ShardId id, const void* src) {
   if (id >= shards_.size()) return InvalidArgument(fmt::format("unknown shard {}", id));
   Shard& s = *shards_[id];
   for (auto& c : s.copy) {
-    if (c.pins > 0 || c.state == Copy::kLoading || c.state == Copy::kWriting) {
-      return FailedPrecondition(fmt::format("WriteHome({}): the shard is in use", s.spec.name));
+    // A transfer in flight (a prefetch, a write-back) is waited for; a lease is an error.
+    while (c.state == Copy::kLoading || c.state == Copy::kWriting) cv_.wait(lock);
+  }
+  for (auto& c : s.copy) {
+    if (c.pins > 0) {
+      return FailedPrecondition(fmt::format("WriteHome({}): the shard is leased", s.spec.name));
     }
   }
   FreeCopy(id, Tier::kDevice);
@@ -183,9 +187,14 @@ Status TierManager::WriteHome(ShardId id, const void* src) {
   }
   FreeCopy(id, Tier::kHost);
   lock.unlock();
-  ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(s.host_bytes, 4096));
+  const uint64_t bytes = s.host_bytes;
+  const uint64_t offset = s.extent.offset;
+  ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(bytes, 4096));
   std::memcpy(buf.data(), src, s.spec.bytes);
-  return swap_->engine().Write(swap_->file(), s.extent.offset, buf.data(), s.host_bytes);
+  ZINF_RETURN_IF_ERROR(swap_->engine().Write(swap_->file(), offset, buf.data(), bytes));
+  std::lock_guard relock(mu_);
+  stats_.nvme_write_bytes += bytes;
+  return Status::Ok();
 }
 
 Status TierManager::ReadHome(ShardId id, void* dst) {
@@ -574,19 +583,21 @@ void TierManager::Prefetch(std::unique_lock<std::mutex>& lock, size_t pos) {
   if (!trace_valid_ || !options_.prefetch) return;
   const size_t n = trace_.size();
   uint32_t units_ahead = 0;
-  uint32_t last_unit = pos > 0 ? shards_[trace_[(pos - 1) % n].first]->spec.unit
+  uint32_t last_unit = pos > 0 ? shards_[trace_[pos - 1].first]->spec.unit
                                : std::numeric_limits<uint32_t>::max();
   // Shards overwritten ahead: their later reads see what the overwrite wrote, not home.
   std::vector<ShardId> overwritten;
-  for (size_t q = pos; q < pos + n; ++q) {
-    auto [id, tier] = trace_[q % n];
+  // Not past the end of the step: the next step's first units are rewritten by the optimizer
+  // (or overwritten) before they are used; EndStep prefetches them.
+  for (size_t q = pos; q < n; ++q) {
+    auto [id, tier] = trace_[q];
     Shard& s = *shards_[id];
     if (s.spec.unit != last_unit) {
       last_unit = s.spec.unit;
       if (++units_ahead > options_.prefetch_units) break;
     }
     Copy& c = s.copy[static_cast<int>(tier)];
-    if (trace_overwrite_[q % n]) {
+    if (trace_overwrite_[q]) {
       overwritten.push_back(id);
       continue;
     }
@@ -617,7 +628,9 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier, AcquireMode mode) {
   Shard& s = *shards_[id];
   Copy& c = s.copy[static_cast<int>(tier)];
   // Trace bookkeeping and prefetch accounting.
-  if (recording_) {
+  if (trace_paused_) {
+    // Outside the step's order: no bookkeeping.
+  } else if (recording_) {
     trace_.push_back({id, tier});
     trace_overwrite_.push_back(overwrite);
   } else if (trace_valid_) {
@@ -766,6 +779,11 @@ Status TierManager::Flush() {
     }
   }
   return first;
+}
+
+void TierManager::PauseTrace(bool paused) {
+  std::lock_guard lock(mu_);
+  trace_paused_ = paused;
 }
 
 void TierManager::EndStep() {

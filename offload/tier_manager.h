@@ -132,7 +132,9 @@ class TierManager {
   Result<ShardId> Register(const ShardSpec& spec);
   const ShardSpec& spec(ShardId id) const;
 
-  // Sets the shard's home content (initialisation) and drops every copy of it.
+  // Sets the shard's home content (initialisation, or new weights from the optimizer) and drops
+  // every copy of it; waits for a transfer of the shard in flight (a prefetch); FailedPrecondition
+  // when a copy is leased.
   Status WriteHome(ShardId id, const void* src);
   // Reads the shard's home content (after Flush), for checks and checkpoints.
   Status ReadHome(ShardId id, void* dst);
@@ -153,6 +155,9 @@ class TierManager {
   Status Flush();
   // Marks the end of a step: the first call ends the recording of the trace.
   void EndStep();
+  // While paused, acquires are neither recorded nor matched against the trace (an evaluation
+  // pass between steps must not make the next step lose its prefetch).
+  void PauseTrace(bool paused);
 
   TierStats stats() const;
   bool has_trace() const;
@@ -196,6 +201,7 @@ class TierManager {
   std::vector<std::pair<ShardId, Tier>> trace_;
   std::vector<bool> trace_overwrite_;  // per trace entry: an overwrite acquire (nothing to fetch)
   bool recording_ = true;
+  bool trace_paused_ = false;
   bool trace_valid_ = false;
   size_t pos_ = 0;  // replay position: index of the next expected acquire
   std::unordered_map<uint64_t, std::vector<size_t>> uses_;  // (shard, tier) -> positions

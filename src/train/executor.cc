@@ -377,7 +377,10 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
 
 Result<double> LayerExecutor::Evaluate(const int32_t* tokens, const int32_t* targets) {
   ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
-  return ForwardAll();
+  rt_.tiers->PauseTrace(true);  // not part of the training step's access order
+  auto loss = ForwardAll();
+  rt_.tiers->PauseTrace(false);
+  return loss;
 }
 
 Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,

@@ -125,7 +125,9 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   ZINF_ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::FromConfig(c.fp16));
   const bool fp16 = c.precision() == Precision::kFp16;
 
-  Tracer tracer(!opt.trace_path.empty());
+  // --trace, else the config's zinf.trace_file.
+  const std::string trace_path = !opt.trace_path.empty() ? opt.trace_path : c.zinf.trace_file;
+  Tracer tracer(!trace_path.empty());
   ZINF_ASSIGN_OR_RETURN(auto rt, MakeOffloadRuntime(c, {.swap_bytes = SwapBytes(dims, c),
                                                         .tracer = &tracer,
                                                         .device_kind = opt.device,
@@ -206,9 +208,12 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     for (uint64_t m = 0; m < gas; ++m) {
       train_data.Next(x.data(), y.data());
       const bool last = m + 1 == gas;
+      // As DeepSpeed: the loss is divided by the accumulation count before backward, so the
+      // 16-bit gradients are loss_scale * g / gas (an fp16 overflow happens where it would there).
       ZINF_ASSIGN_OR_RETURN(MicroBatchResult r,
-                            ex->ForwardBackward(x.data(), y.data(), static_cast<float>(loss_scale),
-                                                1.0f / static_cast<float>(gas), m == 0, last,
+                            ex->ForwardBackward(x.data(), y.data(),
+                                                static_cast<float>(loss_scale / static_cast<double>(gas)),
+                                                1.0f, m == 0, last,
                                                 overlap && last ? &overlap_hyper : nullptr));
       loss += r.loss / static_cast<double>(gas);
       finite = finite && r.finite;
@@ -298,7 +303,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   }
   sum.pinned_budget_bytes = rt->pool->budget_bytes();
 
-  if (opt.profile && sum.steps > 0) {
+  const bool stopped = opt.stop != nullptr && opt.stop->load();
+  if (opt.profile && sum.steps > 0 && !stopped) {
     ZINF_ASSIGN_OR_RETURN(ProfileBounds b, ex->MeasureBounds(x.data(), y.data(), gas));
     sum.compute_bound_seconds = b.compute_seconds;
     // The step's NVMe bytes at the rates the raw engine reaches alone on the same file.
@@ -313,7 +319,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     sum.step_over_bound = bound > 0 ? sum.step_seconds_median / bound : 0;
   }
   if (!opt.save_path.empty()) ZINF_RETURN_IF_ERROR(SaveWeights(*ex, opt.save_path));
-  if (!opt.trace_path.empty()) ZINF_RETURN_IF_ERROR(tracer.Write(opt.trace_path));
+  if (!trace_path.empty()) ZINF_RETURN_IF_ERROR(tracer.Write(trace_path));
   if (!opt.summary_path.empty()) {
     std::ofstream out(opt.summary_path, std::ios::trunc);
     out << sum.ToJson() << "\n";

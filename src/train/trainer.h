@@ -44,7 +44,7 @@ struct TrainOptions {
   std::string save_path;           // safetensors of the final fp32 weights
   std::string losses_path;         // JSON lines: {"step", "loss", "lr", ...}
   std::string summary_path;        // one JSON object (TrainSummary)
-  std::string trace_path;          // Chrome trace
+  std::string trace_path;          // Chrome trace (empty: the config's zinf.trace_file)
   DeviceKind device = DeviceKind::kAuto;
   double h2d_gbps = 0;             // host-emulated device link (0 = memcpy speed)
   bool profile = false;            // measure the three bounds (compute, NVMe, Adam) alone
