@@ -72,7 +72,8 @@ struct StepState {
 }  // namespace
 
 Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit> units,
-                                                   const kernels::AdamHyper& hyper) {
+                                                   const kernels::AdamHyper& hyper,
+                                                   const std::function<void(size_t)>* on_unit_written) {
   const size_t count = units.size();
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUnit& u = units[i];
@@ -126,15 +127,17 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       st.cv.notify_all();
     };
   };
-  auto on_write = [&st, &submit_reads, count, depth, tracer, write_track](size_t unit) {
-    return [&st, &submit_reads, unit, count, depth, tracer, write_track,
+  auto on_write = [&st, &submit_reads, count, depth, tracer, write_track,
+                   on_unit_written](size_t unit) {
+    return [&st, &submit_reads, unit, count, depth, tracer, write_track, on_unit_written,
             t0 = Clock::now()](const Status& s) {
       if (tracer) tracer->Complete(write_track, fmt::format("write unit {}", unit), t0, Clock::now(), "io");
       std::lock_guard lock(st.mu);
       if (!s.ok() && st.error.ok()) st.error = s;
       st.writes_in_flight--;
-      if (--st.writes_left[unit] == 0 && unit + depth < count && st.error.ok()) {
-        submit_reads(unit + depth);  // the slab is free: start its next unit at once
+      if (--st.writes_left[unit] == 0 && st.error.ok()) {
+        if (on_unit_written != nullptr) (*on_unit_written)(unit);
+        if (unit + depth < count) submit_reads(unit + depth);  // the slab is free: next unit
       }
       st.cv.notify_all();
     };
@@ -171,7 +174,10 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
   std::vector<std::optional<Lease>> grad_leases(count);
   auto acquire_grad = [&](size_t j) -> Status {
     if (j >= count || !units[j].grad_shard || grad_leases[j]) return Status::Ok();
-    ZINF_ASSIGN_OR_RETURN(Lease l, options_.grads->Acquire(*units[j].grad_shard, Tier::kHost));
+    ZINF_ASSIGN_OR_RETURN(Lease l, options_.grads->Acquire(
+                                       *units[j].grad_shard, Tier::kHost,
+                                       options_.untraced_grads ? AcquireMode::kReadUntraced
+                                                               : AcquireMode::kRead));
     grad_leases[j].emplace(std::move(l));
     return Status::Ok();
   };

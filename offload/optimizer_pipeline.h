@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -51,6 +52,9 @@ struct OptimizerPipelineOptions {
   kernels::DType param16_type = kernels::DType::kBf16;
   Tracer* tracer = nullptr;  // spans on tracks "nvme read", "nvme write", "adam" when set
   TierManager* grads = nullptr;  // REQUIRED when units name a grad_shard
+  // Acquire gradient shards outside the tier manager's step order (AcquireMode::kReadUntraced):
+  // for a Step that runs on its own thread beside the next forward.
+  bool untraced_grads = false;
 };
 
 struct OptimizerStepStats {
@@ -71,8 +75,12 @@ class OptimizerPipeline {
                                                            const OptimizerPipelineOptions& o);
   ~OptimizerPipeline();
 
+  // on_unit_written (optional) is called once per unit, from the I/O engine's completion
+  // thread, when all of that unit's writes (state and param16) have completed successfully; it
+  // must not block.
   Result<OptimizerStepStats> Step(std::span<const OptimizerUnit> units,
-                                  const kernels::AdamHyper& hyper);
+                                  const kernels::AdamHyper& hyper,
+                                  const std::function<void(size_t)>* on_unit_written = nullptr);
 
   uint64_t slab_bytes() const { return slab_bytes_; }
   unsigned depth() const { return options_.depth; }

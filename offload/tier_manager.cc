@@ -628,7 +628,7 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier, AcquireMode mode) {
   Shard& s = *shards_[id];
   Copy& c = s.copy[static_cast<int>(tier)];
   // Trace bookkeeping and prefetch accounting.
-  if (trace_paused_) {
+  if (trace_paused_ || mode == AcquireMode::kReadUntraced) {
     // Outside the step's order: no bookkeeping.
   } else if (recording_) {
     trace_.push_back({id, tier});
@@ -746,6 +746,23 @@ Status TierManager::Invalidate(ShardId id) {
   FreeCopy(id, Tier::kHost);
   cv_.notify_all();
   return Status::Ok();
+}
+
+void TierManager::HomeRewritten(ShardId id) {
+  std::lock_guard lock(mu_);
+  if (id >= shards_.size()) return;
+  Shard& s = *shards_[id];
+  for (Tier t : {Tier::kDevice, Tier::kHost}) {
+    Copy& c = s.copy[static_cast<int>(t)];
+    if (c.state == Copy::kAbsent || (t == Tier::kHost && s.spec.home == Tier::kHost)) continue;
+    c.dirty = false;  // older than the home now
+    if (c.state == Copy::kReady && c.pins == 0) {
+      FreeCopy(id, t);
+    } else {
+      c.stale = true;
+    }
+  }
+  cv_.notify_all();
 }
 
 Status TierManager::Discard(ShardId id) {

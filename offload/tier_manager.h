@@ -57,7 +57,10 @@ using ShardId = uint32_t;
 // kRead: the lease sees the shard's current content. kOverwrite (host tier only): the caller
 // overwrites all of it, so an absent copy is not read from home (its content is undefined until
 // written) and prefetch skips it; release it dirty.
-enum class AcquireMode : uint8_t { kRead, kOverwrite };
+// kReadUntraced: as kRead, but outside the step's access order (neither recorded nor matched):
+// for a thread that runs beside the one whose order the trace follows (the optimizer pipeline
+// running under the next forward).
+enum class AcquireMode : uint8_t { kRead, kOverwrite, kReadUntraced };
 
 struct ShardSpec {
   std::string name;  // for messages and traces, e.g. "block3.param16"
@@ -150,6 +153,11 @@ class TierManager {
   // The home was rewritten behind the manager's back (the optimizer wrote new param16 there):
   // drops every copy. FailedPrecondition when a copy is leased or dirty (it would be lost).
   Status Invalidate(ShardId id);
+
+  // The home was rewritten behind the manager's back and the write has completed: every copy is
+  // dropped now if idle, else marked stale (dropped before its next use, or when its transfer
+  // ends). Never blocks: may be called from an I/O completion.
+  void HomeRewritten(ShardId id);
 
   // Writes every dirty copy home and waits; the first error.
   Status Flush();

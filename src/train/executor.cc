@@ -28,6 +28,7 @@ LayerExecutor::LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, 
     : rt_(rt), be_(be), compute_(s), dims_(d), options_(o) {}
 
 LayerExecutor::~LayerExecutor() {
+  FinishOptimizerStep().IgnoreError();
   if (compute_ != nullptr) rt_.device->StreamSynchronize(compute_).IgnoreError();
   be_.Synchronize().IgnoreError();
   pipeline_.reset();
@@ -68,6 +69,7 @@ Status LayerExecutor::Setup() {
     po.param16_type = options_.param16_type;
     po.tracer = options_.tracer;
     po.grads = rt_.tiers.get();
+    po.untraced_grads = options_.async_optimizer;  // it may run beside the next forward
     ZINF_ASSIGN_OR_RETURN(pipeline_,
                           offload::OptimizerPipeline::Create(*rt_.swap, *rt_.pool, max_n, po));
   }
@@ -181,6 +183,7 @@ Status LayerExecutor::ReadNvme(const offload::Extent& e, void* dst, uint64_t byt
 }
 
 Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
   const uint64_t n = dims_.UnitParams(unit);
   std::vector<uint16_t> p16(n);
@@ -204,6 +207,7 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
 }
 
 Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
   const uint64_t n = dims_.UnitParams(unit);
   if (options_.optimizer_on_nvme) return ReadNvme(opt_units_[unit].master, master, 4 * n);
@@ -222,6 +226,7 @@ Status LayerExecutor::InitWeights(uint64_t seed) {
 
 Status LayerExecutor::FetchWeights(uint32_t unit, float* dst) {
   offload::TierManager& tm = *rt_.tiers;
+  WaitUnitWritten(unit);
   auto t0 = Clock::now();
   ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16_[unit], Tier::kDevice));
   auto ptr = lease.Wait();
@@ -315,6 +320,8 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
   MicroBatchResult r;
   ZINF_ASSIGN_OR_RETURN(r.loss, ForwardAll());
+  // The previous optimizer step has read its gradients before the shards are overwritten.
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   if (last) grad_sum_squares_ = 0;
 
   // With overlap, a unit whose gradients are final is updated right after the next unit's
@@ -376,6 +383,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
 }
 
 Result<double> LayerExecutor::Evaluate(const int32_t* tokens, const int32_t* targets) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
   rt_.tiers->PauseTrace(true);  // not part of the training step's access order
   auto loss = ForwardAll();
@@ -397,6 +405,8 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
     st->read_wait_seconds += one.read_wait_seconds;
     st->bytes_read += one.bytes_read;
     st->bytes_written += one.bytes_written;
+    stats_.optimizer_bytes_read += one.bytes_read;
+    stats_.optimizer_bytes_written += one.bytes_written;
   } else {
     const uint64_t n = dims_.UnitParams(u);
     ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[u], Tier::kHost));
@@ -427,6 +437,33 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
   auto t0 = Clock::now();
   offload::TierManager& tm = *rt_.tiers;
   offload::OptimizerStepStats st;
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  if (pipeline_ != nullptr && options_.async_optimizer) {
+    // All units through the pipeline, on its own thread, under the next forward: each unit's
+    // new param16 is usable once its writes completed (the callback marks it; stale copies of
+    // the old weights are dropped by the tier manager).
+    moments_zero_at_home_ = false;
+    opt_hyper_ = hyper;
+    {
+      std::lock_guard lock(opt_mu_);
+      unit_written_.assign(dims_.units(), 0);
+    }
+    opt_on_written_ = [this](size_t u) {
+      rt_.tiers->HomeRewritten(p16_[u]);
+      std::lock_guard lock(opt_mu_);
+      unit_written_[u] = 1;
+      opt_cv_.notify_all();
+    };
+    opt_running_ = true;
+    opt_future_ = std::async(std::launch::async, [this]() -> Result<offload::OptimizerStepStats> {
+      auto r = pipeline_->Step(opt_units_, opt_hyper_, &opt_on_written_);
+      std::lock_guard lock(opt_mu_);
+      std::fill(unit_written_.begin(), unit_written_.end(), 1);  // nobody waits forever
+      opt_cv_.notify_all();
+      return r;
+    });
+    return st;  // empty: the step's stats arrive when it finishes
+  }
   if (pipeline_ != nullptr) {
     // All units through the pipeline at once: reads run ahead, writes behind.
     moments_zero_at_home_ = false;
@@ -435,11 +472,38 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
     for (auto id : p16_) ZINF_RETURN_IF_ERROR(tm.Invalidate(id));
     ZINF_RETURN_IF_ERROR(DiscardGradients());
     stats_.optimizer_seconds += Since(t0);
+    stats_.optimizer_bytes_read += st.bytes_read;
+    stats_.optimizer_bytes_written += st.bytes_written;
   } else {
     for (uint32_t u = 0; u < dims_.units(); ++u) ZINF_RETURN_IF_ERROR(StepUnit(u, hyper, &st));
   }
   stats_.adam_seconds += st.adam_seconds;
   return st;
+}
+
+void LayerExecutor::WaitUnitWritten(uint32_t unit) {
+  if (!opt_running_) return;
+  auto t0 = Clock::now();
+  std::unique_lock lock(opt_mu_);
+  opt_cv_.wait(lock, [&] { return unit_written_[unit] != 0; });
+  stats_.optimizer_wait_seconds += Since(t0);
+}
+
+Status LayerExecutor::FinishOptimizerStep() {
+  if (!opt_running_) return Status::Ok();
+  auto t0 = Clock::now();
+  opt_running_ = false;
+  Result<offload::OptimizerStepStats> r = opt_future_.get();
+  stats_.optimizer_wait_seconds += Since(t0);
+  ZINF_RETURN_IF_ERROR(r.status());
+  // Copies fetched while the step ran were dropped unit by unit (HomeRewritten); the
+  // gradients are consumed.
+  ZINF_RETURN_IF_ERROR(DiscardGradients());
+  stats_.optimizer_seconds += r->seconds;
+  stats_.adam_seconds += r->adam_seconds;
+  stats_.optimizer_bytes_read += r->bytes_read;
+  stats_.optimizer_bytes_written += r->bytes_written;
+  return Status::Ok();
 }
 
 Status LayerExecutor::DiscardGradients() {
@@ -455,6 +519,7 @@ namespace zinf::train {
 
 Result<ProfileBounds> LayerExecutor::MeasureBounds(const int32_t* tokens, const int32_t* targets,
                                                    uint64_t micro_batches) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   const GptDims& d = dims_;
   const int B = batch_, T = seq_;
   const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;

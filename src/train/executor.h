@@ -28,8 +28,12 @@
 // Thread-safety: one thread drives an executor (it owns the Backend's stream).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "kernels/cpu/adam.h"
@@ -48,6 +52,8 @@ struct ExecutorOptions {
   bool params_on_nvme = false;
   bool optimizer_on_nvme = false;
   unsigned pipeline_slabs = 3;  // OptimizerPipeline depth (zinf.pipeline_depth + 1)
+  // The NVMe optimizer step runs under the next step's forward (see OptimizerStep).
+  bool async_optimizer = true;
   // zinf.overlap_adam: ForwardBackward(..., overlap) updates each unit as soon as its gradients
   // are final, while the device computes the next unit's backward.
   kernels::AdamOptions adam;
@@ -67,6 +73,9 @@ struct ExecutorStats {
   double optimizer_seconds = 0;   // OptimizerStep wall time
   double adam_seconds = 0;        // of which CPU Adam busy
   uint64_t device_buffer_bytes = 0;  // activations, widened weights, gradients (fixed)
+  uint64_t optimizer_bytes_read = 0;     // the optimizer pipeline's NVMe traffic, all steps
+  uint64_t optimizer_bytes_written = 0;
+  double optimizer_wait_seconds = 0;     // forward waiting for the optimizer's new weights
 };
 
 // The three bounds of a step, each measured alone (--profile).
@@ -108,7 +117,14 @@ class LayerExecutor {
   // with last = true).
   double grad_sum_squares() const { return grad_sum_squares_; }
   // hyper.grad_scale should fold in the loss-scale unscaling and the clipping coefficient.
+  // With the optimizer state on NVMe (and ExecutorOptions::async_optimizer) the step only STARTS
+  // here: the pipeline runs on its own thread under the next forward, each unit's new param16
+  // taken by that forward the moment the unit's writes completed (FetchWeights waits for it);
+  // the returned stats are then empty and the step's are added to stats() when it finishes
+  // (at the next backward, or FinishOptimizerStep). Errors surface there.
   Result<offload::OptimizerStepStats> OptimizerStep(const kernels::AdamHyper& hyper);
+  // Waits for an optimizer step still running; its error. A no-op when none runs.
+  Status FinishOptimizerStep();
   // The accumulated gradients are dead (consumed by OptimizerStep, which calls this, or a skipped
   // step): their copies are dropped without being written home.
   Status DiscardGradients();
@@ -164,6 +180,15 @@ class LayerExecutor {
         *scratch_ = nullptr, *wbuf_ = nullptr, *wemb_ = nullptr, *gbuf_ = nullptr,
         *gemb_ = nullptr;
   void* g16_ = nullptr;  // one unit's gradient in the working precision, for the hand-over
+  // The asynchronous optimizer step (NVMe pipeline on its own thread).
+  void WaitUnitWritten(uint32_t unit);
+  std::future<Result<offload::OptimizerStepStats>> opt_future_;
+  bool opt_running_ = false;
+  kernels::AdamHyper opt_hyper_;
+  std::function<void(size_t)> opt_on_written_;
+  std::mutex opt_mu_;
+  std::condition_variable opt_cv_;
+  std::vector<char> unit_written_;  // GUARDED_BY(opt_mu_)
   double grad_sum_squares_ = 0;
   bool moments_zero_at_home_ = true;  // no optimizer step has written the NVMe moments yet
   ExecutorStats stats_;

@@ -174,7 +174,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   double stall_total = 0, time_total = 0;
   uint64_t applied = 0;
   offload::TierStats prev = rt->tiers->stats();
-  uint64_t pipe_read = 0, pipe_write = 0;
+  uint64_t prev_opt_rd = 0, prev_opt_wr = 0;
   const bool overlap = c.zinf.overlap_adam;
   double prev_clip = 1.0;
   for (uint64_t step = 0; step < opt.steps; ++step) {
@@ -239,19 +239,25 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
       ZINF_RETURN_IF_ERROR(ex->DiscardGradients());
     }
     prev_clip = clip;
-    pipe_read += os.bytes_read;
-    pipe_write += os.bytes_written;
+    // The last step's optimizer finishes inside its own time (the others run under the next
+    // forward).
+    if (step + 1 == opt.steps) ZINF_RETURN_IF_ERROR(ex->FinishOptimizerStep());
     ex->EndStep();
     const double dt = Since(t0);
     step_times.push_back(dt);
     const ExecutorStats after = ex->stats();
-    const double stall = after.stall_seconds - before.stall_seconds;
+    // Waiting for weights: their transfer, or the previous optimizer step's writes of them.
+    const double stall = after.stall_seconds + after.optimizer_wait_seconds -
+                         before.stall_seconds - before.optimizer_wait_seconds;
     stall_total += stall;
     time_total += dt;
     const offload::TierStats ts = rt->tiers->stats();
-    const double rd = static_cast<double>(ts.nvme_read_bytes - prev.nvme_read_bytes + os.bytes_read);
-    const double wr = static_cast<double>(ts.nvme_write_bytes - prev.nvme_write_bytes + os.bytes_written);
+    const uint64_t opt_rd = after.optimizer_bytes_read, opt_wr = after.optimizer_bytes_written;
+    const double rd = static_cast<double>(ts.nvme_read_bytes - prev.nvme_read_bytes + opt_rd - prev_opt_rd);
+    const double wr = static_cast<double>(ts.nvme_write_bytes - prev.nvme_write_bytes + opt_wr - prev_opt_wr);
     prev = ts;
+    prev_opt_rd = opt_rd;
+    prev_opt_wr = opt_wr;
     if (step == 0) sum.first_loss = loss;
     sum.final_loss = loss;
     sum.steps = step + 1;
@@ -284,12 +290,14 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     }
   }
 
+  ZINF_RETURN_IF_ERROR(ex->FinishOptimizerStep());  // a run stopped early
   const offload::TierStats ts = rt->tiers->stats();
+  const ExecutorStats es_total = ex->stats();
   sum.step_seconds_median = Median(step_times);
   sum.tokens_per_s = time_total > 0 ? static_cast<double>(sum.tokens_per_step * sum.steps) / time_total : 0;
   sum.stall_fraction = time_total > 0 ? stall_total / time_total : 0;
-  sum.nvme_read_bytes = ts.nvme_read_bytes + pipe_read;
-  sum.nvme_write_bytes = ts.nvme_write_bytes + pipe_write;
+  sum.nvme_read_bytes = ts.nvme_read_bytes + es_total.optimizer_bytes_read;
+  sum.nvme_write_bytes = ts.nvme_write_bytes + es_total.optimizer_bytes_written;
   sum.peak_device_bytes = rt->device->peak_bytes();
   sum.device_budget_bytes = rt->device->budget_bytes();
   sum.peak_pinned_bytes = rt->pool->peak_bytes();
@@ -297,7 +305,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     const ExecutorStats es = ex->stats();
     const double n = static_cast<double>(sum.steps);
     sum.compute_seconds = es.compute_seconds / n;
-    sum.stall_seconds = es.stall_seconds / n;
+    sum.stall_seconds = (es.stall_seconds + es.optimizer_wait_seconds) / n;
     sum.grad_seconds = es.grad_seconds / n;
     sum.optimizer_seconds = es.optimizer_seconds / n;
   }

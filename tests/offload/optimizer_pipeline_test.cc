@@ -2,8 +2,12 @@
 // the same Adam steps give in memory; I/O faults surface as errors, never as silent success.
 #include "offload/optimizer_pipeline.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <mutex>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -171,6 +175,45 @@ TEST_P(OptimizerPipelineTest, GradientsFromTierManagerShardsMatchTooBitForBit) {
     EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].param16).data(), mem_[k].p16.data(), 2 * n));
   }
   EXPECT_LE(pool_->peak_bytes(), pool_->budget_bytes());
+}
+
+// on_unit_written fires once per unit, after that unit's new state is readable at home; a unit
+// whose write failed is never reported.
+TEST_P(OptimizerPipelineTest, ReportsEachUnitOnceItsWritesCompleted) {
+  auto raw = io::MakePosixBackend({8, 0});
+  ASSERT_TRUE(raw.ok());
+  auto fb = std::make_unique<io::FaultInjectingBackend>(std::move(raw).value(), nullptr);
+  io::FaultInjectingBackend* faults = fb.get();
+  Build(io::Engine::WithBackend(std::move(fb), {.block_size = 128 << 10, .queue_depth = 8}));
+  OptimizerPipelineOptions o;
+  o.depth = GetParam();
+  auto pipe = OptimizerPipeline::Create(*space_, *pool_, 200000, o);
+  ASSERT_TRUE(pipe.ok());
+  std::mutex mu;
+  std::vector<size_t> seen;
+  std::vector<std::vector<uint8_t>> p16_at_report(units_.size());
+  std::function<void(size_t)> cb = [&](size_t u) {
+    std::lock_guard lock(mu);
+    seen.push_back(u);
+  };
+  kernels::AdamHyper h;
+  h.lr = 1e-2f;
+  auto stats = (*pipe)->Step(units_, h, &cb);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  std::vector<size_t> sorted = seen;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<size_t> all(units_.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  EXPECT_EQ(sorted, all);
+  // A failing write: that unit is not reported.
+  const uint64_t bad = units_[1].master.offset;
+  faults->set_rule([bad](const io::Piece& p) -> io::Fault {
+    if (p.op == io::OpKind::kWrite && p.offset == bad) return {io::Fault::kErrno, EIO, 0};
+    return {};
+  });
+  seen.clear();
+  EXPECT_FALSE((*pipe)->Step(units_, h, &cb).ok());
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), size_t{1}), 0);
 }
 
 TEST_P(OptimizerPipelineTest, WriteErrorReachesTheCallerWithoutHanging) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "io/aligned_buffer.h"
 #include "io/fault_backend.h"
 #include "tests/test_util.h"
 
@@ -383,6 +384,31 @@ TEST(TierManagerTest, DiscardRefusesALeasedCopyAndOverwriteRefusesTheDevice) {
   ASSERT_TRUE(rig.tm->Release(std::move(*lease), false).ok());
   EXPECT_EQ(rig.tm->Acquire(ids[0], Tier::kDevice, AcquireMode::kOverwrite).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// A home rewritten behind the manager's back (the optimizer pipeline): idle copies go at once,
+// the next acquire reads the new bytes.
+TEST(TierManagerTest, HomeRewrittenDropsTheOldCopies) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(8 << 20, 4 << 20).ok());
+  auto ext = rig.swap->Allocate(kShard);
+  ASSERT_TRUE(ext.ok());
+  auto id = rig.tm->Register({.name = "p", .bytes = kShard, .home_extent = *ext});
+  ASSERT_TRUE(id.ok());
+  std::vector<uint8_t> a(kShard, 1), b(kShard, 2);
+  ASSERT_TRUE(rig.tm->WriteHome(*id, a.data()).ok());
+  ASSERT_NO_FATAL_FAILURE(Touch(*rig.tm, *id, Tier::kDevice));  // device and host copies of a
+  auto buf = io::AlignedBuffer::Allocate(kShard, 4096);
+  ASSERT_TRUE(buf.ok());
+  std::memcpy(buf->data(), b.data(), kShard);
+  ASSERT_TRUE(rig.engine->Write(rig.swap->file(), ext->offset, buf->data(), kShard).ok());
+  rig.tm->HomeRewritten(*id);
+  auto lease = rig.tm->Acquire(*id, Tier::kDevice);
+  ASSERT_TRUE(lease.ok());
+  auto p = lease->Wait();
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(Bytes(*p, kShard), b);
+  ASSERT_TRUE(rig.tm->Release(std::move(*lease), false).ok());
 }
 
 }  // namespace
