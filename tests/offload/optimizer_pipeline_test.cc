@@ -29,6 +29,14 @@ struct MemUnit {
 
 class OptimizerPipelineTest : public ::testing::TestWithParam<unsigned> {
  protected:
+  // Build() over the posix engine behind a fault injector (no faults until a rule is set).
+  void BuildWithFaults(io::FaultInjectingBackend** faults) {
+    auto raw = io::MakePosixBackend({8, 0});
+    ASSERT_TRUE(raw.ok());
+    auto fb = std::make_unique<io::FaultInjectingBackend>(std::move(raw).value(), nullptr);
+    *faults = fb.get();
+    Build(io::Engine::WithBackend(std::move(fb), {.block_size = 128 << 10, .queue_depth = 8}));
+  }
   void Build(std::unique_ptr<io::Engine> engine) {
     engine_ = std::move(engine);
     auto space = SwapSpace::Create(*engine_, {.dirs = {dir_.path()}, .size = 64 << 20});
@@ -180,18 +188,14 @@ TEST_P(OptimizerPipelineTest, GradientsFromTierManagerShardsMatchTooBitForBit) {
 // on_unit_written fires once per unit, after that unit's new state is readable at home; a unit
 // whose write failed is never reported.
 TEST_P(OptimizerPipelineTest, ReportsEachUnitOnceItsWritesCompleted) {
-  auto raw = io::MakePosixBackend({8, 0});
-  ASSERT_TRUE(raw.ok());
-  auto fb = std::make_unique<io::FaultInjectingBackend>(std::move(raw).value(), nullptr);
-  io::FaultInjectingBackend* faults = fb.get();
-  Build(io::Engine::WithBackend(std::move(fb), {.block_size = 128 << 10, .queue_depth = 8}));
+  io::FaultInjectingBackend* faults = nullptr;
+  ASSERT_NO_FATAL_FAILURE(BuildWithFaults(&faults));
   OptimizerPipelineOptions o;
   o.depth = GetParam();
   auto pipe = OptimizerPipeline::Create(*space_, *pool_, 200000, o);
   ASSERT_TRUE(pipe.ok());
   std::mutex mu;
   std::vector<size_t> seen;
-  std::vector<std::vector<uint8_t>> p16_at_report(units_.size());
   std::function<void(size_t)> cb = [&](size_t u) {
     std::lock_guard lock(mu);
     seen.push_back(u);
@@ -217,11 +221,8 @@ TEST_P(OptimizerPipelineTest, ReportsEachUnitOnceItsWritesCompleted) {
 }
 
 TEST_P(OptimizerPipelineTest, WriteErrorReachesTheCallerWithoutHanging) {
-  auto raw = io::MakePosixBackend({8, 0});
-  ASSERT_TRUE(raw.ok());
-  auto fb = std::make_unique<io::FaultInjectingBackend>(std::move(raw).value(), nullptr);
-  io::FaultInjectingBackend* faults = fb.get();
-  Build(io::Engine::WithBackend(std::move(fb), {.block_size = 128 << 10, .queue_depth = 8}));
+  io::FaultInjectingBackend* faults = nullptr;
+  ASSERT_NO_FATAL_FAILURE(BuildWithFaults(&faults));
   OptimizerPipelineOptions o;
   o.depth = GetParam();
   auto pipe = OptimizerPipeline::Create(*space_, *pool_, 200000, o);
