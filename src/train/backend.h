@@ -70,6 +70,11 @@ class Backend {
   virtual Status CrossEntropyBackward(T* dlogits, const T* probs, const int32_t* targets,
                                       T dloss_each, int N, int V) = 0;
 
+  // Takes, at start, the device memory the backend's own buffers need for up to `rows` rows
+  // (the CUDA backend's per-row loss gradient), so that a tight budget fails at start and not
+  // mid-run.
+  virtual Status Reserve(size_t rows) { return Status::Ok(); }
+
   virtual Status Zero(T* x, size_t n) = 0;
   // out[i] = in[i] widened from a 16-bit type (bf16 or fp16) or copied from fp32 (T = float only;
   // Unimplemented for double).

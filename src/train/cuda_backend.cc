@@ -104,6 +104,7 @@ class CudaBackend final : public Backend<float> {
     ZINF_RETURN_IF_ERROR(CheckShape("CrossEntropyForward", {N, V}));
     return ops::CrossEntropyForward(losses, probs, logits, targets, N, V, stream_);
   }
+  Status Reserve(size_t rows) override { return FillDloss(0.0f, rows); }
   Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
                               float dloss_each, int N, int V) override {
     ZINF_RETURN_IF_ERROR(CheckShape("CrossEntropyBackward", {N, V}));

@@ -162,6 +162,7 @@ Status LayerExecutor::AllocateDevice() {
     *p.ptr = reinterpret_cast<float*>(base + off);
     off += (p.elems * 4 + 255) / 256 * 256;
   }
+  ZINF_RETURN_IF_ERROR(be_.Reserve(N));  // within the headroom counted above
   ZINF_ASSIGN_OR_RETURN(host_io_, rt_.device->AllocatePinned(std::max<uint64_t>(12 * N, 4096)));
   return Status::Ok();
 }
