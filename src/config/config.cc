@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "src/base/json_strict.h"
 #include "src/base/log.h"
 #include "src/base/units.h"
 #include "src/config/config_schema.h"
@@ -51,55 +52,6 @@ std::string ParseErrorDetail(const char* what) {
     if (colon != std::string::npos) return s.substr(colon + 2);
   }
   return s;
-}
-
-struct DuplicateKey {
-  std::string path;
-};
-
-// Parses `text`, refusing a key repeated within one object (nlohmann would keep the last).
-json ParseRefusingDuplicates(std::string_view text) {
-  struct Frame {
-    bool object;
-    std::set<std::string> keys;
-    std::string key;
-  };
-  std::vector<Frame> frames;
-  auto callback = [&frames](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        frames.push_back({true, {}, {}});
-        break;
-      case json::parse_event_t::array_start:
-        frames.push_back({false, {}, {}});
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!frames.empty()) frames.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        Frame& f = frames.back();
-        f.key = parsed.get<std::string>();
-        if (!f.keys.insert(f.key).second) {
-          std::string path;
-          for (const Frame& g : frames) {
-            if (!g.object) {
-              path += "[]";
-            } else {
-              path += (path.empty() ? "" : ".") + g.key;
-            }
-          }
-          throw DuplicateKey{path};
-        }
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  return json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
-                     /*ignore_comments=*/true);
 }
 
 std::string Quoted(const std::string& s) { return json(s).dump(); }
@@ -300,15 +252,15 @@ Result<Config> Config::FromString(std::string_view text, const ConfigParseOption
   const std::string source = options.source_name.empty() ? "<string>" : options.source_name;
   json doc;
   try {
-    doc = ParseRefusingDuplicates(text);
+    doc = ParseJsonRefusingDuplicates(text, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
     auto [line, column] = LineColumn(text, e.byte);
     return InvalidArgument(fmt::format("{}:{}:{}: malformed JSON: {}", source, line, column,
                                        ParseErrorDetail(e.what())));
-  } catch (const DuplicateKey& d) {
+  } catch (const DuplicateJsonKey& d) {
     return Problems(source, {fmt::format("{}: given twice in one object; expected each key "
                                          "once (JSON readers disagree on which one wins)",
-                                         d.path)});
+                                         d.Dotted())});
   }
   if (!doc.is_object()) {
     return Problems(source, {fmt::format("the document is a JSON {}; expected a JSON object",

@@ -15,6 +15,8 @@
 #include <set>
 #include <utility>
 
+#include "src/base/json_strict.h"
+
 namespace zinf::train {
 namespace {
 
@@ -97,42 +99,6 @@ Status PreadAll(int fd, void* dst, uint64_t n, uint64_t offset, const std::strin
     done += static_cast<uint64_t>(r);
   }
   return Status::Ok();
-}
-
-// Parses the header, refusing a key repeated within one object (nlohmann would keep the last).
-struct DuplicateKey {
-  std::string where;
-};
-json ParseHeader(std::string_view text) {
-  std::vector<std::pair<std::set<std::string>, std::string>> frames;  // keys seen, last key
-  auto callback = [&frames](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        frames.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!frames.empty()) frames.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        std::string key = parsed.get<std::string>();
-        if (!frames.back().first.insert(key).second) {
-          std::string where = frames.size() >= 2
-                                  ? fmt::format("key {} of entry {}", Quoted(key),
-                                                Quoted(frames[frames.size() - 2].second))
-                                  : fmt::format("top-level key {}", Quoted(key));
-          throw DuplicateKey{where};
-        }
-        frames.back().second = std::move(key);
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  return json::parse(text.begin(), text.end(), callback);
 }
 
 // Reads one tensor entry of the header.
@@ -396,9 +362,13 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   ZINF_RETURN_IF_ERROR(PreadAll(f.fd_, text.data(), n, 8, path));
   json header;
   try {
-    header = ParseHeader(text);
-  } catch (const DuplicateKey& d) {
-    return bad(fmt::format("header gives {} twice", d.where));
+    header = ParseJsonRefusingDuplicates(text);
+  } catch (const DuplicateJsonKey& d) {
+    const std::string& key = d.path.back();
+    const std::string where =
+        d.path.size() >= 2 ? fmt::format("key {} of entry {}", Quoted(key), Quoted(d.path[d.path.size() - 2]))
+                           : fmt::format("top-level key {}", Quoted(key));
+    return bad(fmt::format("header gives {} twice", where));
   } catch (const json::exception& e) {
     return bad(fmt::format("header is not valid JSON: {}", e.what()));
   }
