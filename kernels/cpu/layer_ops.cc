@@ -87,16 +87,62 @@ T Dot(const T* a, const T* b, int n) {
   return CombineLanes(acc);
 }
 
-// Row-major C[m,n] = alpha·op(A)·op(B) + beta·C.
-void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc) {
+void BlasGemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+              const float* b, int ldb, float beta, float* c, int ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
               n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void Gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda,
-          const double* b, int ldb, double beta, double* c, int ldc) {
+void BlasGemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda,
+              const double* b, int ldb, double beta, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
               n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// OpenBLAS runs single-threaded in the caller from the first GEMM on (see layer_ops.h).
+void UseSingleThreadedBlas() {
+  static const bool done = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
+
+// A GEMM below this many multiply-adds is one call (splitting costs more than it gains).
+constexpr double kSplitGemmMacs = 1 << 20;
+// Blocks per split GEMM (shape-independent count, so block edges depend on shapes only), and
+// the block edge's granularity (OpenBLAS's sgemm micro-tiles are 16 x 4 to 16 x 8).
+constexpr int kGemmBlocks = 8;
+constexpr int kGemmBlockAlign = 16;
+
+// Row-major C[m,n] = alpha·op(A)·op(B) + beta·C, as blocks of C's rows (or of its columns when
+// n > m) run on the oneTBB arena, each block one single-threaded OpenBLAS call. A block's edges
+// depend on (m, n, k) only, and every element of C is computed by one block with the whole k
+// sum, so the bits do not depend on the thread count.
+template <typename T>
+void Gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb,
+          T beta, T* c, int ldc, const OpOptions& o) {
+  UseSingleThreadedBlas();
+  const bool split_rows = m >= n;
+  const int extent = split_rows ? m : n;
+  const int block = std::max(kGemmBlockAlign, (extent + kGemmBlocks * kGemmBlockAlign - 1) /
+                                                  (kGemmBlocks * kGemmBlockAlign) *
+                                                  kGemmBlockAlign);
+  if (double(m) * n * k < kSplitGemmMacs || block >= extent) {
+    BlasGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  ForChunks(size_t(extent), size_t(block), o, [&](size_t begin, size_t end) {
+    const int i0 = int(begin), len = int(end - begin);
+    if (split_rows) {
+      // Rows i0.. of op(A): row i0 of A, or column i0 of a transposed A.
+      const T* a_blk = ta ? a + i0 : a + size_t(i0) * lda;
+      BlasGemm(ta, tb, len, n, k, alpha, a_blk, lda, b, ldb, beta, c + size_t(i0) * ldc, ldc);
+    } else {
+      // Columns i0.. of op(B): column i0 of B, or row i0 of a transposed B.
+      const T* b_blk = tb ? b + size_t(i0) * ldb : b + i0;
+      BlasGemm(ta, tb, m, len, k, alpha, a, lda, b_blk, ldb, beta, c + i0, ldc);
+    }
+  });
 }
 
 // dst[c] += Σ_rows src[r, c] for rows in increasing order; src: (rows, cols).
@@ -115,11 +161,6 @@ constexpr T kGeluScale = T(0.79788456080286535588);  // sqrt(2/pi)
 
 }  // namespace
 
-void SetBlasThreads(int n) {
-  if (n > 0) openblas_set_num_threads(n);
-}
-
-int BlasThreads() { return openblas_get_num_threads(); }
 
 template <typename T>
 void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int seq,
@@ -228,7 +269,7 @@ void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int N, 
     std::fill(out, out + size_t(N) * OC, T(0));
   }
   if (C <= 0) return;
-  Gemm(false, true, N, OC, C, T(1), inp, C, weight, C, bias != nullptr ? T(1) : T(0), out, OC);
+  Gemm(false, true, N, OC, C, T(1), inp, C, weight, C, bias != nullptr ? T(1) : T(0), out, OC, o);
 }
 
 template <typename T>
@@ -236,9 +277,9 @@ void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, 
                     int N, int C, int OC, const OpOptions& o) {
   if (N <= 0 || OC <= 0) return;
   if (C > 0) {
-    if (dinp != nullptr) Gemm(false, false, N, C, OC, T(1), dout, OC, weight, C, T(1), dinp, C);
+    if (dinp != nullptr) Gemm(false, false, N, C, OC, T(1), dout, OC, weight, C, T(1), dinp, C, o);
     if (dweight != nullptr)
-      Gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+      Gemm(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C, o);
   }
   if (dbias != nullptr) AddColumnSums(dbias, dout, N, OC, o);
 }

@@ -9,22 +9,21 @@
 // - Every *Backward ACCUMULATES (+=) into its gradient outputs (dinp, dweight, dbias, dqkv, ...),
 //   as llm.c does, so a caller zeroes them once and several uses add up (the residual stream,
 //   the tied embedding). Forward outputs are overwritten.
-// - Results are deterministic: the same inputs and thread count give the same bits on every run
-//   (no reduction whose order depends on scheduling; GEMMs by OpenBLAS, whose results depend only
-//   on shapes and its thread count).
-// - MatmulForward/Backward use OpenBLAS (cblas_sgemm / cblas_dgemm); the other ops run on a
-//   oneTBB arena of `threads` workers (0 = every core; kernels/cpu/parallel.h). Their work is
-//   split into chunks whose boundaries depend on the shapes only, and every output element is
-//   computed by one chunk in a fixed order, so the non-GEMM results are also identical for every
-//   thread count. Sums over rows (dbias, dweight of LayerNorm, dwte/dwpe) are split by channel
-//   and add rows in increasing order, as llm.c's loops do.
-// - OpenBLAS threads. Debian's libopenblas is the pthread build: its own thread pool, sized
-//   once from OPENBLAS_NUM_THREADS (else OMP_NUM_THREADS, else every core) when the library
-//   loads, and changeable for the whole process by SetBlasThreads (openblas_set_num_threads).
-//   It is separate from the oneTBB arena, so `OpOptions::threads` does not apply to GEMMs. Its
-//   idle workers busy-wait a while after each GEMM, so OpenBLAS threads + oneTBB threads beyond
-//   the core count oversubscribe the cores. A GEMM's bits depend on its shapes and on the
-//   OpenBLAS thread count (OpenBLAS >= 0.3.7 takes concurrent calls from several threads).
+// - Results are deterministic: the same inputs give the same bits on every run and for every
+//   thread count (no reduction whose order depends on scheduling).
+// - Every op runs on a oneTBB arena of `threads` workers (0 = every core; kernels/cpu/parallel.h).
+//   Work is split into chunks whose boundaries depend on the shapes only, and every output
+//   element is computed by one chunk in a fixed order. Sums over rows (dbias, dweight of
+//   LayerNorm, dwte/dwpe) are split by channel and add rows in increasing order, as llm.c's
+//   loops do.
+// - GEMMs (MatmulForward/Backward) are split into blocks of the output's rows (or columns),
+//   each one single-threaded OpenBLAS call (cblas_sgemm / cblas_dgemm) on that arena. On the
+//   first GEMM zinf sets OpenBLAS to one thread for the whole process
+//   (openblas_set_num_threads(1)): Debian's libopenblas is the pthread build, whose own pool
+//   busy-waits (sched_yield) for a while after each GEMM; in training next to the I/O and
+//   optimizer threads on 2 cores that spinning took ~20% of the CPU, and a second pool beside
+//   oneTBB's oversubscribes the cores anyway. A program embedding zinf that wants OpenBLAS
+//   threads for its own GEMMs sets them back after zinf's last GEMM.
 // - LayerNorm eps is 1e-5 (nanoGPT). GELU is the tanh approximation. Attention is causal with
 //   scale 1/sqrt(C/NH). CrossEntropy is softmax over V then -log p[target].
 // - Null gradient pointers mean "not needed" where the comment says nullable.
@@ -40,14 +39,8 @@ namespace zinf::kernels::cpu {
 
 // Tunables shared by the ops.
 struct OpOptions {
-  int threads = 0;  // oneTBB workers for the non-GEMM ops; 0 = every core
+  int threads = 0;  // oneTBB workers; 0 = every core
 };
-
-// Sets OpenBLAS's thread count for the whole process (openblas_set_num_threads); n <= 0 leaves
-// it as it is (OPENBLAS_NUM_THREADS or every core). Not to be called while a GEMM runs.
-void SetBlasThreads(int n);
-// OpenBLAS's current thread count (openblas_get_num_threads).
-int BlasThreads();
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].  tokens: N int32 in [0, V) (checked by the caller).
 template <typename T>
