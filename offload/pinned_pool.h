@@ -50,6 +50,8 @@ class PinnedPool {
   uint64_t bytes_in_use() const;
   uint64_t peak_bytes() const;
   uint64_t largest_free_block() const;
+  // The pool memory an Allocate(bytes) takes (bytes rounded up to the pool's alignment).
+  uint64_t BlockBytes(uint64_t bytes) const { return (bytes + alignment_ - 1) / alignment_ * alignment_; }
   uint8_t* base() const { return base_; }
 
  private:

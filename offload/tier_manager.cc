@@ -47,6 +47,7 @@ struct TierManager::Copy {
   void* ptr = nullptr;
   PinnedBlock block;   // host copies: the pool block
   int pins = 0;        // leases, plus transfers that read this copy
+  int leases = 0;      // of the pins, those held by leases (the rest end with their transfer)
   bool dirty = false;  // newer than the copy below it
   uint64_t version = 0;  // bumped by every dirty release (a write-back in flight then stays dirty)
   Status error;        // the last load failed
@@ -252,6 +253,7 @@ void TierManager::FreeCopy(ShardId id, Tier tier) {
   }
   Copy fresh;
   fresh.last_use = c.last_use;
+  fresh.leases = c.leases;
   c = fresh;
 }
 
@@ -290,13 +292,13 @@ Status TierManager::Reserve(std::unique_lock<std::mutex>& lock, Tier tier, uint6
         continue;
       }
       if (c.state == Copy::kAbsent) continue;
+      if (c.state != Copy::kReady || c.pins > c.leases) {
+        transient = true;  // a load, write-back or copy in flight: its end frees or unpins it
+        continue;
+      }
       if (c.pins > 0) {
         leased++;
         leased_bytes += tier == Tier::kHost ? s.host_bytes : s.spec.bytes;
-        continue;
-      }
-      if (c.state != Copy::kReady) {
-        transient = true;
         continue;
       }
       if (prefetch && c.dirty) continue;  // a prefetch never waits for a write-back
@@ -329,12 +331,38 @@ Status TierManager::Reserve(std::unique_lock<std::mutex>& lock, Tier tier, uint6
       cv_.wait(lock);  // a load or write-back in flight will settle
       continue;
     }
+    if (OtherHolderCanRelease(tier)) {
+      const auto me = std::this_thread::get_id();
+      reserving_.insert(me);
+      cv_.notify_all();  // a holder waiting here re-checks: it may now be the deadlock's last
+      cv_.wait(lock);
+      reserving_.erase(me);
+      continue;
+    }
+    const uint64_t in_use = tier == Tier::kHost ? pool_.bytes_in_use() : device_.bytes_in_use();
+    const std::string largest =
+        tier == Tier::kHost ? fmt::format(", largest free block {}", pool_.largest_free_block())
+                            : std::string();
     return ResourceExhausted(fmt::format(
         "{} tier: {} bytes needed, but of its {}-byte budget {} is held by {} leased shard(s) "
-        "and {} by shards homed there, and nothing else can be evicted; release shards before "
-        "acquiring more, or raise the budget", TierName(tier), bytes, budget, leased_bytes,
-        leased, home_bytes));
+        "and {} by shards homed there ({} in use in all{}), and nothing else can be evicted; "
+        "release shards before acquiring more, or raise the budget", TierName(tier), bytes,
+        budget, leased_bytes, leased, home_bytes, in_use, largest));
   }
+}
+
+Lease TierManager::NewLease(ShardId id, Tier tier) {
+  holders_[static_cast<int>(tier)][std::this_thread::get_id()]++;
+  shards_[id]->copy[static_cast<int>(tier)].leases++;
+  return Lease(this, id, tier);
+}
+
+bool TierManager::OtherHolderCanRelease(Tier tier) const {
+  const auto me = std::this_thread::get_id();
+  for (const auto& [thread, count] : holders_[static_cast<int>(tier)]) {
+    if (thread != me && count > 0 && !reserving_.contains(thread)) return true;
+  }
+  return false;
 }
 
 Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier) {
@@ -663,7 +691,7 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier, AcquireMode mode) {
     }
     c.last_use = ++tick_;
     Prefetch(lock, pos_);
-    return Lease(this, id, tier);
+    return NewLease(id, tier);
   }
   const bool present = c.state != Copy::kAbsent;
   if (present) stats_.prefetch_hits++;
@@ -676,7 +704,7 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier, AcquireMode mode) {
     return st;
   }
   Prefetch(lock, pos_);
-  return Lease(this, id, tier);
+  return NewLease(id, tier);
 }
 
 Result<void*> TierManager::WaitFor(ShardId id, Tier tier) {
@@ -710,7 +738,10 @@ Status TierManager::Release(Lease lease, bool dirty) {
   lease.owner_ = nullptr;
   if (c.pins <= 0) return Internal(fmt::format("Release: shard {} was not leased", s.spec.name));
   c.pins--;
+  c.leases--;
   c.last_use = ++tick_;
+  auto& held = holders_[ti];
+  if (auto h = held.find(lease.holder_); h != held.end() && --h->second <= 0) held.erase(h);
   Log().debug("tier: release {} {} dirty {}", s.spec.name, TierName(lease.tier_), dirty);
   if (dirty && c.state != Copy::kAbsent) {
     if (!(lease.tier_ == Tier::kHost && s.spec.home == Tier::kHost)) {

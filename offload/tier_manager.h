@@ -16,7 +16,10 @@
 // - Budgets are hard: host copies come from the PinnedPool, device copies from Device::Allocate;
 //   neither is ever exceeded. When memory is short an unpinned copy is evicted: the one whose
 //   next use is farthest (Belady's rule over the recorded trace), or the least recently used
-//   while no trace is known. When everything left is leased, Acquire fails with
+//   while no trace is known. When everything left in the tier is leased, Acquire waits while
+//   another thread that is not itself waiting for memory holds a lease in that tier (its
+//   Release frees room: the optimizer thread's gradient leases beside the computing thread's);
+//   otherwise (only the caller's own leases, or every holder waiting on another) it fails with
 //   ResourceExhausted naming the numbers instead of waiting forever.
 // - Prefetch: the first step (up to EndStep) records the order of acquires. In later steps each
 //   acquire that matches the trace issues the fetches that follow it, as far ahead as memory
@@ -36,7 +39,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "offload/pinned_pool.h"
@@ -104,6 +109,7 @@ class Lease {
     std::swap(owner_, o.owner_);
     shard_ = o.shard_;
     tier_ = o.tier_;
+    holder_ = o.holder_;
     return *this;
   }
   Lease(const Lease&) = delete;
@@ -117,10 +123,12 @@ class Lease {
 
  private:
   friend class TierManager;
-  Lease(TierManager* owner, ShardId shard, Tier tier) : owner_(owner), shard_(shard), tier_(tier) {}
+  Lease(TierManager* owner, ShardId shard, Tier tier)
+      : owner_(owner), shard_(shard), tier_(tier), holder_(std::this_thread::get_id()) {}
   TierManager* owner_ = nullptr;
   ShardId shard_ = 0;
   Tier tier_ = Tier::kHost;
+  std::thread::id holder_;  // the thread that acquired it (counted until Release)
 };
 
 class TierManager {
@@ -192,6 +200,11 @@ class TierManager {
   // leaves the copy absent with `error` for its waiters.
   void AbandonDeviceLoad(ShardId id, Status error);
   void LinkBusy(int link, int delta);
+  // Makes the lease `id`/`tier` for the calling thread (counted in holders_).
+  Lease NewLease(ShardId id, Tier tier);
+  // True when a thread other than the caller holds a lease in `tier` and is not itself waiting
+  // in Reserve: waiting for its Release can succeed.
+  bool OtherHolderCanRelease(Tier tier) const;
   void Span(const char* track, const std::string& what, std::chrono::steady_clock::time_point t0);
 
   Device& device_;
@@ -218,6 +231,10 @@ class TierManager {
   std::chrono::steady_clock::time_point link_since_[2];
   TierStats stats_;
   Status sticky_;  // an asynchronous failure nobody waited on yet
+  // Leases held, per tier ([0] device, [1] host) and acquiring thread; threads waiting in
+  // Reserve for another's Release.
+  std::unordered_map<std::thread::id, int> holders_[2];
+  std::unordered_set<std::thread::id> reserving_;
 };
 
 }  // namespace zinf::offload

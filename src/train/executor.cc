@@ -75,7 +75,36 @@ Status LayerExecutor::Setup() {
   }
   ZINF_ASSIGN_OR_RETURN(accumulator_, offload::GradAccumulator::Create(*rt_.tiers, *rt_.device,
                                                                        *rt_.pool, max_n));
+  ZINF_RETURN_IF_ERROR(CheckPinnedRoom());
   return AllocateDevice();
+}
+
+Status LayerExecutor::CheckPinnedRoom() const {
+  // Beside the pipeline's slabs and the gradient staging block (taken for the whole run), the
+  // pinned pool must hold the host copies in use at once: the optimizer's two gradient leases
+  // (a unit's and the next one's), or a gradient being accumulated and a unit's 16-bit weights
+  // on their way to the device. Less could never finish a step: refused here, not mid-run.
+  const offload::PinnedPool& pool = *rt_.pool;
+  auto host_block = [&](uint64_t bytes) {
+    return pool.BlockBytes(rt_.swap != nullptr ? rt_.swap->Padded(bytes) : bytes);
+  };
+  const uint64_t max_n = dims_.MaxUnitParams();
+  const uint64_t grad = host_block(4 * max_n), p16 = host_block(Param16Bytes(max_n));
+  const uint64_t need = std::max(pipeline_ != nullptr ? 2 * grad : 0, grad + p16);
+  const uint64_t held = pool.bytes_in_use(), left = pool.budget_bytes() - held;
+  if (left >= need) return Status::Ok();
+  return ResourceExhausted(fmt::format(
+      "zinf.budgets.pinned_bytes: {} ({}) leaves {} for shard copies after {} taken for the "
+      "whole run (the optimizer pipeline's {} slabs and the gradient staging block), but {} are "
+      "in use at once ({}: the largest unit's fp32 gradient is {}, its 16-bit weights {}); "
+      "raise zinf.budgets.pinned_bytes to at least {}{}",
+      pool.budget_bytes(), FormatBytesHuman(pool.budget_bytes()), FormatBytesHuman(left),
+      FormatBytesHuman(held), pipeline_ != nullptr ? options_.pipeline_slabs : 0,
+      FormatBytesHuman(need),
+      pipeline_ != nullptr && 2 * grad >= grad + p16 ? "the optimizer's two gradient leases"
+                                                     : "a gradient and a unit's weights",
+      FormatBytesHuman(grad), FormatBytesHuman(p16), held + need,
+      pipeline_ != nullptr ? " or lower zinf.pipeline_depth" : ""));
 }
 
 Status LayerExecutor::RegisterShards() {

@@ -144,6 +144,7 @@ class LayerExecutor {
   LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, const GptDims& d,
                 const ExecutorOptions& o);
   Status Setup();
+  Status CheckPinnedRoom() const;
   Status RegisterShards();
   Status AllocateDevice();
   // Acquires unit's param16 on the device, widens it into dst (fp32), releases it.

@@ -3,9 +3,14 @@
 // zero misses on a repeated trace, and failed write-backs that leave the copy dirty.
 #include "offload/tier_manager.h"
 
+#include <atomic>
+#include <barrier>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,9 +35,11 @@ struct Rig {
   std::unique_ptr<PinnedPool> pool;
   std::unique_ptr<TierManager> tm;
 
-  Status Make(uint64_t device_budget, uint64_t pinned_budget, bool prefetch = true) {
+  Status Make(uint64_t device_budget, uint64_t pinned_budget, bool prefetch = true,
+              double copy_gbps = 0) {
     ZINF_ASSIGN_OR_RETURN(device, MakeHostDevice({.kind = DeviceKind::kHost,
-                                                  .budget_bytes = device_budget}));
+                                                  .budget_bytes = device_budget,
+                                                  .copy_gbps = copy_gbps}));
     ZINF_ASSIGN_OR_RETURN(auto raw, io::MakeUringBackend({8, 0}));
     auto fb = std::make_unique<io::FaultInjectingBackend>(std::move(raw), nullptr);
     faults = fb.get();
@@ -301,6 +308,135 @@ TEST(TierManagerTest, AcquiringMoreThanFitsWhileHoldingLeasesFailsInsteadOfHangi
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   ASSERT_TRUE(d->Wait().ok());
   ASSERT_TRUE(rig.tm->Release(std::move(*d), false).ok());
+}
+
+// Memory held by another thread's lease is waited for: its Release makes room.
+TEST(TierManagerTest, AnAcquireWaitsForAnotherThreadsRelease) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(2 * kShard, 8 << 20).ok());
+  std::vector<ShardId> ids;
+  RegisterFilled(*rig.tm, 3, "w", &ids);
+  if (HasFatalFailure()) return;
+  std::promise<void> held;
+  std::atomic<bool> released{false};
+  std::thread other([&] {
+    auto a = rig.tm->Acquire(ids[0], Tier::kDevice);
+    auto b = rig.tm->Acquire(ids[1], Tier::kDevice);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_TRUE(a->Wait().ok() && b->Wait().ok());
+    held.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    released = true;
+    ASSERT_TRUE(rig.tm->Release(std::move(*a), false).ok());
+    ASSERT_TRUE(rig.tm->Release(std::move(*b), false).ok());
+  });
+  held.get_future().wait();
+  auto c = rig.tm->Acquire(ids[2], Tier::kDevice);
+  other.join();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto p = c->Wait();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(released.load());
+  EXPECT_EQ(Bytes(*p, kShard), std::vector<uint8_t>(kShard, 2));
+  ASSERT_TRUE(rig.tm->Release(std::move(*c), false).ok());
+}
+
+// Two threads each holding what the other needs: one of them fails (it does not wait for a
+// thread that is itself waiting), releases, and the other then gets its memory.
+TEST(TierManagerTest, TwoThreadsWaitingOnEachOtherDoNotDeadlock) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(2 * kShard, 8 << 20).ok());
+  std::vector<ShardId> ids;
+  RegisterFilled(*rig.tm, 4, "w", &ids);
+  if (HasFatalFailure()) return;
+  std::barrier both(2);
+  std::atomic<int> failures{0}, successes{0};
+  auto run = [&](ShardId mine, ShardId extra) {
+    auto a = rig.tm->Acquire(mine, Tier::kDevice);
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(a->Wait().ok());
+    both.arrive_and_wait();
+    auto b = rig.tm->Acquire(extra, Tier::kDevice);
+    if (!b.ok()) {
+      EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted) << b.status().ToString();
+      ++failures;
+    } else {
+      EXPECT_TRUE(b->Wait().ok());
+      ++successes;
+    }
+    ASSERT_TRUE(rig.tm->Release(std::move(*a), false).ok());
+    if (b.ok()) {
+      ASSERT_TRUE(rig.tm->Release(std::move(*b), false).ok());
+    }
+  };
+  std::thread t1(run, ids[0], ids[2]), t2(run, ids[1], ids[3]);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(failures.load(), 1);
+  EXPECT_EQ(successes.load(), 1);
+}
+
+// Two threads cycling dirty host copies through a pool of three: a copy being written back
+// (pinned by its write, not by a lease) is waited for, never reported as leased memory; and
+// every read sees what its thread wrote last.
+TEST(TierManagerTest, WriteBacksInFlightAreWaitedForNotCountedAsLeases) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(2 * kShard, 3 * kShard).ok());
+  std::vector<ShardId> ids;
+  RegisterFilled(*rig.tm, 8, "s", &ids);
+  if (HasFatalFailure()) return;
+  std::atomic<int> errors{0};
+  auto run = [&](int first) {
+    std::vector<uint8_t> last = {uint8_t(first), uint8_t(first + 1), uint8_t(first + 2),
+                                 uint8_t(first + 3)};
+    std::mt19937 rng(first);
+    for (int it = 0; it < 150 && errors == 0; ++it) {
+      const int k = static_cast<int>(rng() % 4);
+      auto lease = rig.tm->Acquire(ids[first + k], Tier::kHost);
+      if (!lease.ok()) {
+        ADD_FAILURE() << lease.status().ToString();
+        ++errors;
+        return;
+      }
+      auto p = lease->Wait();
+      if (!p.ok() || Bytes(*p, kShard) != std::vector<uint8_t>(kShard, last[k])) {
+        ADD_FAILURE() << "shard " << first + k << " at iteration " << it;
+        ++errors;
+      }
+      if (p.ok()) {
+        last[k] = static_cast<uint8_t>(100 + first + it);
+        std::memset(*p, last[k], kShard);
+      }
+      EXPECT_TRUE(rig.tm->Release(std::move(*lease), true).ok());
+    }
+  };
+  std::thread t1(run, 0), t2(run, 4);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(errors.load(), 0);
+}
+
+// A host copy pinned only as the staging of a device copy in flight is not a lease: an
+// acquire that needs its memory waits for the copy to end instead of failing.
+TEST(TierManagerTest, AStagingCopyInFlightIsWaitedForNotCountedAsALease) {
+  Rig rig;
+  // One shard of pinned memory; h2d paced at 2.5 MB/s, so a 256 KiB copy takes ~0.1 s.
+  ASSERT_TRUE(rig.Make(2 * kShard, kShard, /*prefetch=*/false, /*copy_gbps=*/0.0025).ok());
+  std::vector<ShardId> ids;
+  RegisterFilled(*rig.tm, 2, "w", &ids);
+  if (HasFatalFailure()) return;
+  auto on_device = rig.tm->Acquire(ids[0], Tier::kDevice);  // its host copy stages the h2d
+  ASSERT_TRUE(on_device.ok()) << on_device.status().ToString();
+  auto on_host = rig.tm->Acquire(ids[1], Tier::kHost);
+  ASSERT_TRUE(on_host.ok()) << on_host.status().ToString();
+  auto h = on_host->Wait();
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(Bytes(*h, kShard), std::vector<uint8_t>(kShard, 1));
+  auto d = on_device->Wait();
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(Bytes(*d, kShard), std::vector<uint8_t>(kShard, 0));
+  ASSERT_TRUE(rig.tm->Release(std::move(*on_host), false).ok());
+  ASSERT_TRUE(rig.tm->Release(std::move(*on_device), false).ok());
 }
 
 TEST(TierManagerTest, RegistrationRefusesShardsThatCouldNeverFit) {

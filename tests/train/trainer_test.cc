@@ -179,6 +179,16 @@ TEST(TrainerTest, RefusesWhatCannotRun) {
   auto r = Train(Options(c, tmp.path(), "x", 1));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("device_bytes"), std::string::npos) << r.status().ToString();
+  // Room for the pipeline's slab and the gradient staging, not for the two gradient shards the
+  // optimizer holds at once: refused at start with the size it needs.
+  c = Offloaded(tmp.path());
+  c.zinf.budgets.pinned_bytes = 448 << 10;
+  c.aio.block_size = 64 << 10;
+  r = Train(Options(c, tmp.path(), "z", 1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("pinned_bytes"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("two gradient leases"), std::string::npos)
+      << r.status().ToString();
   TrainOptions o = Options(SmallModel(), tmp.path(), "y", 1);
   o.data_path = tmp / "missing.txt";
   r = Train(o);
