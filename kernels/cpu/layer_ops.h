@@ -23,7 +23,9 @@
 //   busy-waits (sched_yield) for a while after each GEMM; in training next to the I/O and
 //   optimizer threads on 2 cores that spinning took ~20% of the CPU, and a second pool beside
 //   oneTBB's oversubscribes the cores anyway. A program embedding zinf that wants OpenBLAS
-//   threads for its own GEMMs sets them back after zinf's last GEMM.
+//   threads for its own GEMMs sets them back after zinf's last GEMM. All GEMMs are fp32
+//   (sgemm) or fp64: Debian's OpenBLAS 0.3.21 is built without BFLOAT16 (libopenblas exports
+//   no cblas_sbgemm, though cblas.h declares it), so there is no CPU bf16 GEMM to use.
 // - LayerNorm eps is 1e-5 (nanoGPT). GELU is the tanh approximation. Attention is causal with
 //   scale 1/sqrt(C/NH). CrossEntropy is softmax over V then -log p[target].
 // - Null gradient pointers mean "not needed" where the comment says nullable.
