@@ -12,6 +12,13 @@
 // sum_squares set (the last micro-batch of a step), it also adds Σ acc² of the accumulated
 // values to *sum_squares, read while they are still in cache, for the global gradient norm.
 //
+//
+// A shard of 16-bit values (2n bytes, the gradient's own type) is stored, not summed: with one
+// micro-batch a step (scale 1, the first micro-batch) the fp32 sum would be the 16-bit value
+// widened exactly, so keeping the 16-bit value is lossless and halves the shard's host memory
+// and NVMe traffic. The device's values are copied straight into the shard's host copy
+// (acquired for overwrite), checked for finiteness and squared for the norm in place.
+//
 // Thread-safety: one Accumulate at a time per accumulator (one staging block).
 #pragma once
 
@@ -28,17 +35,22 @@ namespace zinf::offload {
 
 class GradAccumulator {
  public:
-  // Takes a staging block for max_unit_elems fp32 values from the pool.
+  // Takes a staging block for max_unit_elems fp32 values from the pool, unless fp32_shards is
+  // false (every shard it will see holds 16-bit values: nothing is staged).
   static Result<std::unique_ptr<GradAccumulator>> Create(TierManager& tm, Device& device,
                                                          PinnedPool& pool,
-                                                         size_t max_unit_elems);
+                                                         size_t max_unit_elems,
+                                                         bool fp32_shards = true);
   ~GradAccumulator();
 
-  // REQUIRES: grad_shard holds 4 * n bytes (fp32); device_grad is device memory of n elements.
+  // REQUIRES: grad_shard holds 4 * n bytes (fp32), or n values of `type` when that is 16-bit
+  // (then first and scale == 1); device_grad is device memory of n elements.
   Result<bool> Accumulate(ShardId grad_shard, const void* device_grad, kernels::DType type,
                           size_t n, float scale, bool first, double* sum_squares = nullptr);
 
  private:
+  Result<bool> Store16(ShardId grad_shard, const void* device_grad, kernels::DType type,
+                       size_t n, float scale, bool first, double* sum_squares);
   GradAccumulator(TierManager& tm, Device& d, PinnedPool& p) : tm_(tm), device_(d), pool_(p) {}
   TierManager& tm_;
   Device& device_;

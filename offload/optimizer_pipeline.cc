@@ -90,9 +90,9 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
         return InvalidArgument(fmt::format(
             "optimizer unit {}: a gradient shard needs OptimizerPipelineOptions::grads", i));
       }
-      if (u.grad_type != kernels::DType::kF32 || options_.grads->spec(*u.grad_shard).bytes != 4 * u.n) {
-        return InvalidArgument(fmt::format(
-            "optimizer unit {}: its gradient shard must hold {} fp32 values", i, u.n));
+      if (options_.grads->spec(*u.grad_shard).bytes != kernels::DTypeSize(u.grad_type) * u.n) {
+        return InvalidArgument(fmt::format("optimizer unit {}: its gradient shard must hold {} {} values",
+                                           i, u.n, kernels::DTypeName(u.grad_type)));
       }
     }
     if (u.master.bytes != 4 * u.n || u.exp_avg.bytes != 4 * u.n || u.exp_avg_sq.bytes != 4 * u.n ||

@@ -40,7 +40,8 @@ struct OptimizerUnit {
   Extent master, exp_avg, exp_avg_sq;    // fp32, 4n bytes each, in the swap space
   Extent param16;                        // 2n bytes; bytes == 0: no 16-bit copy written home
   const void* grad = nullptr;            // (n) host memory, grad_type; or:
-  std::optional<ShardId> grad_shard;     // fp32 gradient shard of the pipeline's TierManager
+  std::optional<ShardId> grad_shard;     // gradient shard (n grad_type values) of the
+                                         // pipeline's TierManager
   kernels::DType grad_type = kernels::DType::kF32;
 };
 

@@ -18,6 +18,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zinf::kernels::cpu {
@@ -460,8 +461,12 @@ void CrossEntropyBackward(T* dlogits, const T* probs, const int32_t* targets, co
   });
 }
 
-template <typename T>
-double SumSquares(const T* x, size_t n, const OpOptions& o) {
+namespace {
+
+// Σ load(i)² over [0, n) in double: fixed chunks, kLanes partial sums per chunk, the chunks'
+// sums added in chunk order.
+template <typename Load>
+double SumSquaresOf(size_t n, const OpOptions& o, const Load& load) {
   if (n == 0) return 0.0;
   std::vector<double> partials((n + kSumSquaresChunk - 1) / kSumSquaresChunk);
   ForChunks(n, kSumSquaresChunk, o, [&](size_t i0, size_t i1) {
@@ -469,11 +474,11 @@ double SumSquares(const T* x, size_t n, const OpOptions& o) {
     size_t i = i0;
     for (; i + kLanes <= i1; i += kLanes)
       for (int j = 0; j < kLanes; ++j) {
-        const double v = double(x[i + j]);
+        const double v = load(i + j);
         acc[j] += v * v;
       }
     for (int j = 0; i < i1; ++i, ++j) {
-      const double v = double(x[i]);
+      const double v = load(i);
       acc[j] += v * v;
     }
     partials[i0 / kSumSquaresChunk] = CombineLanes(acc);
@@ -481,6 +486,18 @@ double SumSquares(const T* x, size_t n, const OpOptions& o) {
   double total = 0.0;
   for (double p : partials) total += p;
   return total;
+}
+
+}  // namespace
+
+template <typename T>
+double SumSquares(const T* x, size_t n, const OpOptions& o) {
+  return SumSquaresOf(n, o, [x](size_t i) { return double(x[i]); });
+}
+
+double SumSquares16(const uint16_t* x, DType type, size_t n, const OpOptions& o) {
+  if (type == DType::kBf16) return SumSquaresOf(n, o, [x](size_t i) { return double(Bf16ToFloat(x[i])); });
+  return SumSquaresOf(n, o, [x](size_t i) { return double(F16ToFloat(x[i])); });
 }
 
 #define ZINF_LAYER_OPS_INSTANTIATE(T)                                                         \

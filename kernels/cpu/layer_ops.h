@@ -37,6 +37,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/dtype.h"
+
 namespace zinf::kernels::cpu {
 
 // Tunables shared by the ops.
@@ -118,5 +120,8 @@ void CrossEntropyBackward(T* dlogits, const T* probs, const int32_t* targets, co
 // Σ x² in double, in a fixed order (for the global gradient norm).
 template <typename T>
 double SumSquares(const T* x, size_t n, const OpOptions& o = {});
+// The same over 16-bit values (type kBf16 or kF16), widened exactly: the same bits as
+// SumSquares over their float widening.
+double SumSquares16(const uint16_t* x, DType type, size_t n, const OpOptions& o = {});
 
 }  // namespace zinf::kernels::cpu

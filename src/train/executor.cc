@@ -73,8 +73,9 @@ Status LayerExecutor::Setup() {
     ZINF_ASSIGN_OR_RETURN(pipeline_,
                           offload::OptimizerPipeline::Create(*rt_.swap, *rt_.pool, max_n, po));
   }
-  ZINF_ASSIGN_OR_RETURN(accumulator_, offload::GradAccumulator::Create(*rt_.tiers, *rt_.device,
-                                                                       *rt_.pool, max_n));
+  ZINF_ASSIGN_OR_RETURN(accumulator_, offload::GradAccumulator::Create(
+                                         *rt_.tiers, *rt_.device, *rt_.pool, max_n,
+                                         GradType() == kernels::DType::kF32));
   ZINF_RETURN_IF_ERROR(CheckPinnedRoom());
   return AllocateDevice();
 }
@@ -89,7 +90,7 @@ Status LayerExecutor::CheckPinnedRoom() const {
     return pool.BlockBytes(rt_.swap != nullptr ? rt_.swap->Padded(bytes) : bytes);
   };
   const uint64_t max_n = dims_.MaxUnitParams();
-  const uint64_t grad = host_block(4 * max_n), p16 = host_block(Param16Bytes(max_n));
+  const uint64_t grad = host_block(GradBytes(max_n)), p16 = host_block(Param16Bytes(max_n));
   const uint64_t need = std::max(pipeline_ != nullptr ? 2 * grad : 0, grad + p16);
   const uint64_t held = pool.bytes_in_use(), left = pool.budget_bytes() - held;
   if (left >= need) return Status::Ok();
@@ -115,7 +116,7 @@ Status LayerExecutor::RegisterShards() {
     const uint64_t n = dims_.UnitParams(u);
     offload::OptimizerUnit ou;
     ou.n = n;
-    ou.grad_type = kernels::DType::kF32;
+    ou.grad_type = GradType();
     if (options_.optimizer_on_nvme) {
       offload::SwapSpace& sw = *rt_.swap;
       ZINF_ASSIGN_OR_RETURN(ou.master, sw.Allocate(4 * n));
@@ -137,7 +138,7 @@ Status LayerExecutor::RegisterShards() {
     ZINF_ASSIGN_OR_RETURN(offload::ShardId pid, tm.Register(p));
     ZINF_ASSIGN_OR_RETURN(offload::ShardId gid,
                           tm.Register({.name = dims_.UnitName(u) + ".grad", .unit = u,
-                                       .role = offload::Role::kGrad, .bytes = 4 * n,
+                                       .role = offload::Role::kGrad, .bytes = GradBytes(n),
                                        .home = grad_nvme ? Tier::kNvme : Tier::kHost}));
     p16_.push_back(pid);
     grad_.push_back(gid);
@@ -322,6 +323,12 @@ Result<double> LayerExecutor::ForwardAll() {
   return sum / static_cast<double>(N);
 }
 
+kernels::DType LayerExecutor::GradType() const {
+  return options_.micro_batches == 1 ? options_.param16_type : kernels::DType::kF32;
+}
+
+uint64_t LayerExecutor::GradBytes(uint64_t n) const { return kernels::DTypeSize(GradType()) * n; }
+
 Status LayerExecutor::HandOverGrad(uint32_t unit, const float* grad, float scale, bool first,
                                    bool last, bool* finite) {
   auto t0 = Clock::now();
@@ -343,6 +350,10 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
                                                         const kernels::AdamHyper* overlap) {
   if (overlap != nullptr && !last) {
     return InvalidArgument("ForwardBackward: the optimizer overlaps only the last micro-batch");
+  }
+  if (options_.micro_batches == 1 && !(first && last)) {
+    return InvalidArgument("ForwardBackward: an executor made for one micro-batch a step "
+                           "(ExecutorOptions::micro_batches) takes first and last together");
   }
   const GptDims& d = dims_;
   const int B = batch_, T = seq_;
@@ -445,7 +456,7 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
       tm.Release(std::move(lease), false).IgnoreError();
       return g.status();
     }
-    kernels::AdamBuffers b{master_[u].data(), *g, kernels::DType::kF32, exp_avg_[u].data(),
+    kernels::AdamBuffers b{master_[u].data(), *g, GradType(), exp_avg_[u].data(),
                            exp_avg_sq_[u].data(), kernels::DType::kF32, p16_staging_.data(),
                            options_.param16_type, n};
     auto a0 = Clock::now();
@@ -620,12 +631,14 @@ Result<ProfileBounds> LayerExecutor::MeasureBounds(const int32_t* tokens, const 
   // Adam alone, over scratch state of each unit's size in memory.
   const uint64_t max_n = d.MaxUnitParams();
   std::vector<float> p(max_n, 0.01f), g(max_n, 1e-3f), m(max_n, 0.0f), v(max_n, 0.0f);
-  std::vector<uint16_t> p16(max_n);
+  std::vector<uint16_t> p16(max_n), g16(max_n, 0x3a83);  // 1e-3 in bf16 and (~2.9e-6) fp16
+  const void* grads = GradType() == kernels::DType::kF32 ? static_cast<const void*>(g.data())
+                                                         : g16.data();
   kernels::AdamHyper hyper;
   hyper.adamw = true;
   auto a0 = Clock::now();
   for (uint32_t u = 0; u < d.units(); ++u) {
-    kernels::AdamBuffers ab{p.data(), g.data(), kernels::DType::kF32, m.data(), v.data(),
+    kernels::AdamBuffers ab{p.data(), grads, GradType(), m.data(), v.data(),
                             kernels::DType::kF32, p16.data(), options_.param16_type,
                             d.UnitParams(u)};
     ZINF_RETURN_IF_ERROR(kernels::AdamStep(hyper, ab, options_.adam).status());

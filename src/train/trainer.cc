@@ -142,6 +142,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   eo.params_on_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
   eo.optimizer_on_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
+  eo.micro_batches = static_cast<uint32_t>(gas);
   eo.adam.threads = static_cast<int>(c.zinf.adam_threads);
   eo.tracer = &tracer;
   ZINF_ASSIGN_OR_RETURN(auto ex, LayerExecutor::Create(*rt, *backend, compute, dims, eo));

@@ -3,6 +3,8 @@
 // run and across thread counts), on small shapes and on odd ones (C=12, NH=3, seq=1).
 #include "kernels/cpu/layer_ops.h"
 
+#include "kernels/cpu/half_convert.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -464,6 +466,17 @@ TEST(LayerOpsTest, ResidualAliasAndSumSquares) {
   const Vec widened(out_f.begin(), out_f.end());
   EXPECT_EQ(SumSquares(out_f.data(), n), SumSquares(widened.data(), n));
   EXPECT_EQ(SumSquares<float>(nullptr, 0), 0.0);
+  // 16-bit values: the same bits as SumSquares over their exact widening to float.
+  for (DType type : {DType::kBf16, DType::kF16}) {
+    std::vector<uint16_t> h(n);
+    std::vector<float> w(n);
+    for (size_t i = 0; i < n; ++i) {
+      h[i] = type == DType::kBf16 ? FloatToBf16(out_f[i]) : FloatToF16(out_f[i]);
+      w[i] = type == DType::kBf16 ? Bf16ToFloat(h[i]) : F16ToFloat(h[i]);
+    }
+    EXPECT_EQ(SumSquares16(h.data(), type, n), SumSquares(w.data(), n)) << DTypeName(type);
+    EXPECT_EQ(SumSquares16(h.data(), type, n, {.threads = 1}), SumSquares(w.data(), n));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LayerOpsShapeTest, ::testing::Values(kSmall, kOdd, kOddSeq3),

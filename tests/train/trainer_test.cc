@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -72,11 +74,16 @@ TrainOptions Options(const Config& c, const std::string& dir, const std::string&
   return o;
 }
 
-TEST(TrainerTest, OffloadChangesNothingBitForBit) {
+// With accumulation (fp32 gradient shards) and without (16-bit gradient shards).
+class OffloadTest : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(OffloadTest, OffloadChangesNothingBitForBit) {
   zinf::testing::TempDir tmp;
-  auto resident = Train(Options(SmallModel(), tmp.path(), "resident", 4));
+  Config res = SmallModel(), off = Offloaded(tmp.path());
+  res.train.gradient_accumulation_steps = off.train.gradient_accumulation_steps = GetParam();
+  auto resident = Train(Options(res, tmp.path(), "resident", 4));
   ASSERT_TRUE(resident.ok()) << resident.status().ToString();
-  auto offloaded = Train(Options(Offloaded(tmp.path()), tmp.path(), "offloaded", 4));
+  auto offloaded = Train(Options(off, tmp.path(), "offloaded", 4));
   ASSERT_TRUE(offloaded.ok()) << offloaded.status().ToString();
   // The offloaded run really paged: it read and wrote NVMe, and its peaks stayed in budget.
   EXPECT_EQ(resident->nvme_read_bytes, 0u);
@@ -96,6 +103,9 @@ TEST(TrainerTest, OffloadChangesNothingBitForBit) {
     EXPECT_TRUE(bytes == w2.at(name)) << name << " differs";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GradAccumulation, OffloadTest, ::testing::Values(1, 2),
+                         [](const auto& info) { return fmt::format("gas{}", info.param); });
 
 // Without clipping, updating each unit during backward gives the same bits as one optimizer
 // step after it — on the in-memory optimizer and on the NVMe pipeline.
