@@ -73,7 +73,8 @@ struct StepState {
 
 Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit> units,
                                                    const kernels::AdamHyper& hyper,
-                                                   const std::function<void(size_t)>* on_unit_written) {
+                                                   const std::function<void(size_t)>* on_unit_written,
+                                                   const UpdatedFn* on_unit_updated) {
   const size_t count = units.size();
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUnit& u = units[i];
@@ -91,8 +92,9 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
             "optimizer unit {}: a gradient shard needs OptimizerPipelineOptions::grads", i));
       }
       if (options_.grads->spec(*u.grad_shard).bytes != kernels::DTypeSize(u.grad_type) * u.n) {
-        return InvalidArgument(fmt::format("optimizer unit {}: its gradient shard must hold {} {} values",
-                                           i, u.n, kernels::DTypeName(u.grad_type)));
+        return InvalidArgument(
+            fmt::format("optimizer unit {}: its gradient shard must hold {} {} values", i, u.n,
+                        kernels::DTypeName(u.grad_type)));
       }
     }
     if (u.master.bytes != 4 * u.n || u.exp_avg.bytes != 4 * u.n || u.exp_avg_sq.bytes != 4 * u.n ||
@@ -233,6 +235,9 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       if (!r.ok() && info.ok()) info = r;
     }
     stats.adam_seconds += std::chrono::duration<double>(a1 - a0).count();
+    if (info.ok() && on_unit_updated != nullptr && u.param16.bytes != 0) {
+      (*on_unit_updated)(i, slab + l.param16);
+    }
     if (tracer) tracer->Complete(adam_track, fmt::format("adam unit {}", i), a0, a1, "compute");
     if (!info.ok()) {
       failure = info.status().WithContext(fmt::format("optimizer unit {}", i));

@@ -78,10 +78,14 @@ class OptimizerPipeline {
 
   // on_unit_written (optional) is called once per unit, from the I/O engine's completion
   // thread, when all of that unit's writes (state and param16) have completed successfully; it
-  // must not block.
+  // must not block. on_unit_updated (optional) is called on the calling thread once per unit
+  // with a param16 extent, right after its Adam and before its writes are submitted, with the
+  // new 16-bit weights (valid only during the call; Param16Bytes of the unit's n).
+  using UpdatedFn = std::function<void(size_t unit, const void* param16)>;
   Result<OptimizerStepStats> Step(std::span<const OptimizerUnit> units,
                                   const kernels::AdamHyper& hyper,
-                                  const std::function<void(size_t)>* on_unit_written = nullptr);
+                                  const std::function<void(size_t)>* on_unit_written = nullptr,
+                                  const UpdatedFn* on_unit_updated = nullptr);
 
   uint64_t slab_bytes() const { return slab_bytes_; }
   unsigned depth() const { return options_.depth; }

@@ -57,6 +57,7 @@ struct TierManager::Copy {
 
 struct TierManager::Shard {
   ShardSpec spec;
+  bool pending = false;     // InstallPending's host copy is held until the home write ends
   Extent extent;            // home on NVMe
   uint64_t host_bytes = 0;  // padded for O_DIRECT
   Copy copy[2];             // [device], [host]
@@ -779,10 +780,82 @@ Status TierManager::Invalidate(ShardId id) {
   return Status::Ok();
 }
 
+Result<bool> TierManager::InstallPending(ShardId id, const void* data) {
+  std::unique_lock lock(mu_);
+  if (id >= shards_.size()) return InvalidArgument(fmt::format("unknown shard {}", id));
+  Shard& s = *shards_[id];
+  if (s.spec.home != Tier::kNvme) {
+    return InvalidArgument(fmt::format("InstallPending({}): the shard is not homed on NVMe",
+                                       s.spec.name));
+  }
+  if (s.pending) {
+    return FailedPrecondition(fmt::format("InstallPending({}): already pending", s.spec.name));
+  }
+  for (const Copy& c : s.copy) {
+    if (c.state != Copy::kAbsent && (c.state != Copy::kReady || c.pins > 0)) return false;
+  }
+  // The old copies go first: their memory may be what the new one needs.
+  for (Copy& c : s.copy) c.dirty = false;  // older than the new content
+  FreeCopy(id, Tier::kDevice);
+  FreeCopy(id, Tier::kHost);
+  void* p = nullptr;
+  PinnedBlock block;
+  const size_t next = trace_valid_ ? NextUse(id, Tier::kDevice, pos_) : 0;
+  Status st = Reserve(lock, Tier::kHost, s.host_bytes, /*prefetch=*/true, next, &p, &block);
+  if (!st.ok()) {
+    if (st.code() == StatusCode::kResourceExhausted) return false;
+    return st;
+  }
+  Copy& h = s.copy[kHostIdx];
+  if (h.state != Copy::kAbsent) {  // Reserve never waits when prefetching, but be sure
+    pool_.Free(block);
+    return false;
+  }
+  std::memcpy(p, data, s.spec.bytes);
+  if (s.host_bytes > s.spec.bytes) {
+    std::memset(static_cast<uint8_t*>(p) + s.spec.bytes, 0, s.host_bytes - s.spec.bytes);
+  }
+  h.block = block;
+  h.ptr = p;
+  h.state = Copy::kReady;
+  h.pins = 1;  // held (not a lease) until the home write ends
+  h.last_use = ++tick_;
+  s.pending = true;
+  stats_.installs++;
+  cv_.notify_all();
+  return true;
+}
+
+void TierManager::EndPending(ShardId id, bool home_written) {
+  std::lock_guard lock(mu_);
+  if (id >= shards_.size() || !shards_[id]->pending) return;
+  EndPendingLocked(id, home_written);
+}
+
+void TierManager::EndPendingLocked(ShardId id, bool home_written) {
+  Shard& s = *shards_[id];
+  s.pending = false;
+  Copy& h = s.copy[kHostIdx];
+  h.pins--;
+  if (!home_written) {
+    for (Tier t : {Tier::kDevice, Tier::kHost}) {
+      Copy& c = s.copy[static_cast<int>(t)];
+      if (c.state == Copy::kAbsent) continue;
+      if (c.state == Copy::kReady && c.pins == 0) FreeCopy(id, t);
+      else c.stale = true;
+    }
+  }
+  cv_.notify_all();
+}
+
 void TierManager::HomeRewritten(ShardId id) {
   std::lock_guard lock(mu_);
   if (id >= shards_.size()) return;
   Shard& s = *shards_[id];
+  if (s.pending) {
+    EndPendingLocked(id, true);  // every copy now was made from the new content
+    return;
+  }
   for (Tier t : {Tier::kDevice, Tier::kHost}) {
     Copy& c = s.copy[static_cast<int>(t)];
     if (c.state == Copy::kAbsent || (t == Tier::kHost && s.spec.home == Tier::kHost)) continue;

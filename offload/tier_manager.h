@@ -95,6 +95,7 @@ struct TierStats {
   uint64_t prefetch_hits = 0, prefetch_misses = 0;
   uint64_t evictions = 0, writebacks = 0;
   uint64_t overwrites = 0, discards = 0;  // reads and write-backs saved by those modes
+  uint64_t installs = 0;                  // InstallPending copies (NVMe reads saved)
   uint64_t peak_host_bytes = 0, peak_device_bytes = 0;
 };
 
@@ -164,8 +165,22 @@ class TierManager {
 
   // The home was rewritten behind the manager's back and the write has completed: every copy is
   // dropped now if idle, else marked stale (dropped before its next use, or when its transfer
-  // ends). Never blocks: may be called from an I/O completion.
+  // ends). Never blocks: may be called from an I/O completion. After InstallPending(id) it
+  // instead ends the pending state (the installed copy already holds what the home now holds).
   void HomeRewritten(ShardId id);
+
+  // New content for an NVMe-homed shard whose home write (by someone else: the optimizer
+  // pipeline writing param16) is starting: installs `data` (spec.bytes) as its host copy so it
+  // can be used before that write completes. The copy is clean and held (never evicted) until
+  // HomeRewritten(id) reports the write done (or EndPending(id, false) gives up on it: the copy
+  // is dropped) — evicting it earlier could re-read the old home. Old copies are dropped. Never
+  // waits: returns false, installing nothing, when a copy of the shard is leased or in transfer,
+  // or when the host tier has no room without evicting a dirty copy or one needed sooner than
+  // this shard's next use (the caller then waits for the home write as before).
+  Result<bool> InstallPending(ShardId id, const void* data);
+  // Ends InstallPending's hold: home_written true keeps the copy (as HomeRewritten), false drops
+  // it. No-op when nothing is pending. Never blocks.
+  void EndPending(ShardId id, bool home_written);
 
   // Writes every dirty copy home and waits; the first error.
   Status Flush();
@@ -200,6 +215,7 @@ class TierManager {
   // leaves the copy absent with `error` for its waiters.
   void AbandonDeviceLoad(ShardId id, Status error);
   void LinkBusy(int link, int delta);
+  void EndPendingLocked(ShardId id, bool home_written);
   // Makes the lease `id`/`tier` for the calling thread (counted in holders_).
   Lease NewLease(ShardId id, Tier tier);
   // True when a thread other than the caller holds a lease in `tier` and is not itself waiting

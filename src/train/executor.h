@@ -85,7 +85,8 @@ struct ExecutorStats {
 
 // The three bounds of a step, each measured alone (--profile).
 struct ProfileBounds {
-  double compute_seconds = 0;  // forward + backward (with recompute) of a step, weights resident
+  double compute_seconds = 0;  // forward + backward (with recompute) of a step, weights
+                               // resident: the median of 3 timings
   double read_gbps = 0;        // the raw engine reading the optimizer state's extents (0: no NVMe)
   double write_gbps = 0;       // ... and writing them back
   double adam_seconds = 0;     // CPU Adam over every unit's state in memory
@@ -195,6 +196,7 @@ class LayerExecutor {
   bool opt_running_ = false;
   kernels::AdamHyper opt_hyper_;
   std::function<void(size_t)> opt_on_written_;
+  offload::OptimizerPipeline::UpdatedFn opt_on_updated_;
   std::mutex opt_mu_;
   std::condition_variable opt_cv_;
   std::vector<char> unit_written_;  // GUARDED_BY(opt_mu_)

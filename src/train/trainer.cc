@@ -76,6 +76,9 @@ std::string TrainSummary::ToJson() const {
                       {"peak_device_bytes", peak_device_bytes},
                       {"device_budget_bytes", device_budget_bytes},
                       {"peak_pinned_bytes", peak_pinned_bytes},
+                      {"prefetch_hits", prefetch_hits},
+                      {"prefetch_misses", prefetch_misses},
+                      {"param16_installs", param16_installs},
                       {"pinned_budget_bytes", pinned_budget_bytes},
                       {"device", device},
                       {"backend", backend},
@@ -299,6 +302,9 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.stall_fraction = time_total > 0 ? stall_total / time_total : 0;
   sum.nvme_read_bytes = ts.nvme_read_bytes + es_total.optimizer_bytes_read;
   sum.nvme_write_bytes = ts.nvme_write_bytes + es_total.optimizer_bytes_written;
+  sum.prefetch_hits = ts.prefetch_hits;
+  sum.prefetch_misses = ts.prefetch_misses;
+  sum.param16_installs = ts.installs;
   sum.peak_device_bytes = rt->device->peak_bytes();
   sum.device_budget_bytes = rt->device->budget_bytes();
   sum.peak_pinned_bytes = rt->pool->peak_bytes();

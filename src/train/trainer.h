@@ -57,6 +57,9 @@ struct TrainSummary {
   double first_loss = 0, final_loss = 0, val_loss = -1;
   double tokens_per_s = 0, step_seconds_median = 0, stall_fraction = 0;
   uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+  // Tier manager: acquires that found their copy in place / had to fetch it; the optimizer's
+  // new 16-bit weights put straight into the host tier (not read back from NVMe).
+  uint64_t prefetch_hits = 0, prefetch_misses = 0, param16_installs = 0;
   uint64_t peak_device_bytes = 0, device_budget_bytes = 0;
   uint64_t peak_pinned_bytes = 0, pinned_budget_bytes = 0;
   std::string device, backend, io_engine;

@@ -439,6 +439,65 @@ TEST(TierManagerTest, AStagingCopyInFlightIsWaitedForNotCountedAsALease) {
   ASSERT_TRUE(rig.tm->Release(std::move(*on_device), false).ok());
 }
 
+// InstallPending: new content served from the host tier at once (no NVMe read), held until
+// HomeRewritten (an acquire needing its memory waits for that), dropped by EndPending(false),
+// refused while a copy is leased.
+TEST(TierManagerTest, InstallPendingServesNewContentAndHoldsItUntilTheHomeWrite) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(2 * kShard, 2 * kShard, /*prefetch=*/false).ok());
+  std::vector<ShardId> ids;
+  RegisterFilled(*rig.tm, 3, "w", &ids);
+  if (HasFatalFailure()) return;
+  Touch(*rig.tm, ids[0], Tier::kDevice);  // old copies in both tiers
+  if (HasFatalFailure()) return;
+  const std::vector<uint8_t> fresh(kShard, 0xab);
+  auto installed = rig.tm->InstallPending(ids[0], fresh.data());
+  ASSERT_TRUE(installed.ok() && *installed) << installed.status().ToString();
+  EXPECT_EQ(rig.tm->InstallPending(ids[0], fresh.data()).status().code(),
+            StatusCode::kFailedPrecondition);
+  const uint64_t reads = rig.tm->stats().nvme_read_bytes;
+  for (Tier t : {Tier::kHost, Tier::kDevice}) {
+    auto lease = rig.tm->Acquire(ids[0], t);
+    ASSERT_TRUE(lease.ok());
+    auto p = lease->Wait();
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(Bytes(*p, kShard), fresh) << TierName(t);
+    ASSERT_TRUE(rig.tm->Release(std::move(*lease), false).ok());
+  }
+  EXPECT_EQ(rig.tm->stats().nvme_read_bytes, reads) << "served without reading NVMe";
+  // Room for two host copies: the held one and shard 1's. Shard 2 needs the held copy's memory,
+  // so its acquire waits for HomeRewritten.
+  auto one = rig.tm->Acquire(ids[1], Tier::kHost);
+  ASSERT_TRUE(one.ok());
+  ASSERT_TRUE(one->Wait().ok());
+  std::atomic<bool> rewritten{false};
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rewritten = true;
+    rig.tm->HomeRewritten(ids[0]);
+  });
+  auto two = rig.tm->Acquire(ids[2], Tier::kHost);
+  auto two_data = two.ok() ? two->Wait() : Result<void*>(two.status());
+  const bool waited = rewritten.load();
+  writer.join();
+  ASSERT_TRUE(two_data.ok()) << two_data.status().ToString();
+  EXPECT_TRUE(waited) << "the held copy was evicted before its home write ended";
+  EXPECT_EQ(Bytes(*two_data, kShard), std::vector<uint8_t>(kShard, 2));
+  ASSERT_TRUE(rig.tm->Release(std::move(*two), false).ok());
+  // A leased shard is not installed; EndPending(false) drops the installed copy.
+  EXPECT_FALSE(*rig.tm->InstallPending(ids[1], fresh.data()));
+  ASSERT_TRUE(rig.tm->Release(std::move(*one), false).ok());
+  ASSERT_TRUE(*rig.tm->InstallPending(ids[1], fresh.data()));
+  rig.tm->EndPending(ids[1], false);
+  auto again = rig.tm->Acquire(ids[1], Tier::kHost);
+  ASSERT_TRUE(again.ok());
+  auto p = again->Wait();
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(Bytes(*p, kShard), std::vector<uint8_t>(kShard, 1)) << "read from home again";
+  ASSERT_TRUE(rig.tm->Release(std::move(*again), false).ok());
+  EXPECT_EQ(rig.tm->stats().installs, 2u);
+}
+
 TEST(TierManagerTest, RegistrationRefusesShardsThatCouldNeverFit) {
   Rig rig;
   ASSERT_TRUE(rig.Make(1 << 20, 4 << 20).ok());
