@@ -44,7 +44,9 @@ Result<bool> GradAccumulator::Accumulate(ShardId grad_shard, const void* device_
     return InvalidArgument(fmt::format(
         "gradient shard {} holds {} bytes, not {} fp32 values{}", tm_.spec(grad_shard).name,
         shard_bytes, n,
-        type == kernels::DType::kF32 ? "" : fmt::format(" or {} {} values", n, kernels::DTypeName(type))));
+        type == kernels::DType::kF32
+            ? ""
+            : fmt::format(" or {} {} values", n, kernels::DTypeName(type))));
   }
   if (!staging_) {
     return FailedPrecondition("GradAccumulator: created for 16-bit shards only (no staging block)");

@@ -185,6 +185,12 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
   };
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUnit& u = units[i];
+    {
+      // After a failed read or write, take nothing more: an acquire could wait for memory held
+      // by a unit whose write will never be reported done (on_unit_written is not called).
+      std::lock_guard lock(st.mu);
+      if (!st.error.ok()) break;
+    }
     if (Status g = acquire_grad(i); !g.ok()) { failure = g; break; }
     if (Status g = acquire_grad(i + 1); !g.ok()) { failure = g; break; }
     const void* grad = u.grad;

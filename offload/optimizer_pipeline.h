@@ -80,7 +80,10 @@ class OptimizerPipeline {
   // thread, when all of that unit's writes (state and param16) have completed successfully; it
   // must not block. on_unit_updated (optional) is called on the calling thread once per unit
   // with a param16 extent, right after its Adam and before its writes are submitted, with the
-  // new 16-bit weights (valid only during the call; Param16Bytes of the unit's n).
+  // new 16-bit weights (valid only during the call; Param16Bytes of the unit's n). When Step
+  // fails, a unit given to on_unit_updated without its on_unit_written is not known to be
+  // written home (its writes failed or were never submitted): the caller must not trust its
+  // home; after a failure Step takes no further gradient leases.
   using UpdatedFn = std::function<void(size_t unit, const void* param16)>;
   Result<OptimizerStepStats> Step(std::span<const OptimizerUnit> units,
                                   const kernels::AdamHyper& hyper,

@@ -260,6 +260,7 @@ void TierManager::FreeCopy(ShardId id, Tier tier) {
 
 Status TierManager::Reserve(std::unique_lock<std::mutex>& lock, Tier tier, uint64_t bytes,
                             bool prefetch, size_t need_pos, void** out, PinnedBlock* block) {
+  bool announced = false;  // this call told the other waiters it waits too
   while (true) {
     if (tier == Tier::kHost) {
       auto b = pool_.Allocate(bytes);
@@ -335,7 +336,12 @@ Status TierManager::Reserve(std::unique_lock<std::mutex>& lock, Tier tier, uint6
     if (OtherHolderCanRelease(tier)) {
       const auto me = std::this_thread::get_id();
       reserving_.insert(me);
-      cv_.notify_all();  // a holder waiting here re-checks: it may now be the deadlock's last
+      if (!announced) {
+        // A waiter for this thread's leases re-checks: waiting may no longer end. Once per
+        // call, so two waiters on a third do not wake each other in turn.
+        cv_.notify_all();
+        announced = true;
+      }
       cv_.wait(lock);
       reserving_.erase(me);
       continue;
@@ -381,6 +387,7 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
       Status st = Reserve(lock, Tier::kHost, s.host_bytes, false, 0, &p, &b);
       if (!st.ok()) {
         c.pins--;
+        cv_.notify_all();  // a waiter may have seen this pin as a transfer in flight
         return st.WithContext(fmt::format("writing {} back from the device", s.spec.name));
       }
       if (h.state == Copy::kAbsent) {
@@ -680,6 +687,7 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier, AcquireMode mode) {
     Status st = Reserve(lock, Tier::kHost, s.host_bytes, false, pos_, &p, &b);
     if (!st.ok()) {
       c.pins--;
+      cv_.notify_all();
       return st;
     }
     if (c.state == Copy::kAbsent) {
@@ -702,6 +710,7 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier, AcquireMode mode) {
   Status st = StartLoad(lock, id, tier, false, pos_);
   if (!st.ok()) {
     c.pins--;
+    cv_.notify_all();
     return st;
   }
   Prefetch(lock, pos_);
@@ -737,12 +746,14 @@ Status TierManager::Release(Lease lease, bool dirty) {
   const int ti = static_cast<int>(lease.tier_);
   Copy& c = s.copy[ti];
   lease.owner_ = nullptr;
-  if (c.pins <= 0) return Internal(fmt::format("Release: shard {} was not leased", s.spec.name));
+  auto& held = holders_[ti];
+  if (auto h = held.find(lease.holder_); h != held.end() && --h->second <= 0) held.erase(h);
+  if (c.pins <= 0 || c.leases <= 0) {
+    return Internal(fmt::format("Release: shard {} was not leased", s.spec.name));
+  }
   c.pins--;
   c.leases--;
   c.last_use = ++tick_;
-  auto& held = holders_[ti];
-  if (auto h = held.find(lease.holder_); h != held.end() && --h->second <= 0) held.erase(h);
   Log().debug("tier: release {} {} dirty {}", s.spec.name, TierName(lease.tier_), dirty);
   if (dirty && c.state != Copy::kAbsent) {
     if (!(lease.tier_ == Tier::kHost && s.spec.home == Tier::kHost)) {
@@ -811,17 +822,23 @@ Result<bool> TierManager::InstallPending(ShardId id, const void* data) {
     pool_.Free(block);
     return false;
   }
-  std::memcpy(p, data, s.spec.bytes);
-  if (s.host_bytes > s.spec.bytes) {
-    std::memset(static_cast<uint8_t*>(p) + s.spec.bytes, 0, s.host_bytes - s.spec.bytes);
-  }
+  // Loading (users wait for it) while the bytes are copied outside the lock: a unit's weights
+  // can be 100 MB, and completions and acquires must not stall behind that.
   h.block = block;
   h.ptr = p;
-  h.state = Copy::kReady;
+  h.state = Copy::kLoading;
   h.pins = 1;  // held (not a lease) until the home write ends
   h.last_use = ++tick_;
   s.pending = true;
   stats_.installs++;
+  lock.unlock();
+  std::memcpy(p, data, s.spec.bytes);
+  if (s.host_bytes > s.spec.bytes) {
+    std::memset(static_cast<uint8_t*>(p) + s.spec.bytes, 0, s.host_bytes - s.spec.bytes);
+  }
+  lock.lock();
+  h.state = Copy::kReady;
+  if (s.device_wants_host) StartHostToDevice(id);
   cv_.notify_all();
   return true;
 }
