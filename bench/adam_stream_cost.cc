@@ -130,7 +130,10 @@ size_t ParseCount(const char* text) {
   char* end = nullptr;
   const unsigned long long v = std::strtoull(text, &end, 10);
   const std::string suffix = end == nullptr ? "" : end;
-  const size_t mult = suffix == "K" ? 1 << 10 : suffix == "M" ? 1 << 20 : suffix == "G" ? 1 << 30 : 1;
+  const size_t mult = suffix == "K"   ? 1 << 10
+                      : suffix == "M" ? 1 << 20
+                      : suffix == "G" ? 1 << 30
+                                      : 1;
   if (end == text || (suffix.size() > 0 && mult == 1)) {
     std::fprintf(stderr, "adam_stream_cost: '%s' is not a count (digits, optional K/M/G)\n", text);
     std::exit(2);

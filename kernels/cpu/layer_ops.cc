@@ -496,7 +496,9 @@ double SumSquares(const T* x, size_t n, const OpOptions& o) {
 }
 
 double SumSquares16(const uint16_t* x, DType type, size_t n, const OpOptions& o) {
-  if (type == DType::kBf16) return SumSquaresOf(n, o, [x](size_t i) { return double(Bf16ToFloat(x[i])); });
+  if (type == DType::kBf16) {
+    return SumSquaresOf(n, o, [x](size_t i) { return double(Bf16ToFloat(x[i])); });
+  }
   return SumSquaresOf(n, o, [x](size_t i) { return double(F16ToFloat(x[i])); });
 }
 

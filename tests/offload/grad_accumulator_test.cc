@@ -126,7 +126,8 @@ TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
       std::vector<float> w(kN);
       for (size_t i = 0; i < kN; ++i) {
         const float x = normal(rng);
-        want[u][i] = type == kernels::DType::kBf16 ? kernels::FloatToBf16(x) : kernels::FloatToF16(x);
+        want[u][i] =
+            type == kernels::DType::kBf16 ? kernels::FloatToBf16(x) : kernels::FloatToF16(x);
         w[i] = type == kernels::DType::kBf16 ? kernels::Bf16ToFloat(want[u][i])
                                              : kernels::F16ToFloat(want[u][i]);
       }
@@ -159,8 +160,9 @@ TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
   // An fp32 shard needs the staging block this accumulator was made without.
   auto f32 = (*tm)->Register({.name = "f32grad", .role = Role::kGrad, .bytes = 4 * kN});
   ASSERT_TRUE(f32.ok());
-  EXPECT_EQ((*acc)->Accumulate(*f32, dev_grad, kernels::DType::kBf16, kN, 1.0f, true).status().code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      (*acc)->Accumulate(*f32, dev_grad, kernels::DType::kBf16, kN, 1.0f, true).status().code(),
+      StatusCode::kFailedPrecondition);
   ASSERT_TRUE((*device)->Free(dev_grad).ok());
   ASSERT_TRUE((*device)->FreePinned(staging).ok());
 }
