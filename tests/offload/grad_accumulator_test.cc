@@ -18,31 +18,44 @@
 namespace zinf::offload {
 namespace {
 
-TEST(GradAccumulatorTest, SumsMicroBatchesAcrossUnitsThatSpillToNvme) {
+// A host device, an engine and a swap file in a temporary directory, a pinned pool of the
+// given budget and a tier manager over them (no prefetch).
+struct Rig {
   zinf::testing::TempDir dir;
-  auto device = MakeHostDevice({.kind = DeviceKind::kHost, .budget_bytes = 16 << 20});
-  ASSERT_TRUE(device.ok());
-  auto engine = io::Engine::Create({.block_size = 256 << 10, .queue_depth = 8});
-  ASSERT_TRUE(engine.ok());
-  auto swap = SwapSpace::Create(**engine, {.dirs = {dir.path()}, .size = 32 << 20});
-  ASSERT_TRUE(swap.ok());
+  std::unique_ptr<Device> device;
+  std::unique_ptr<io::Engine> engine;
+  std::unique_ptr<SwapSpace> swap;
+  std::unique_ptr<PinnedPool> pool;
+  std::unique_ptr<TierManager> tm;
+
+  Status Make(uint64_t pinned_budget) {
+    ZINF_ASSIGN_OR_RETURN(device, MakeHostDevice({.kind = DeviceKind::kHost,
+                                                  .budget_bytes = 16 << 20}));
+    ZINF_ASSIGN_OR_RETURN(engine, io::Engine::Create({.block_size = 256 << 10, .queue_depth = 8}));
+    ZINF_ASSIGN_OR_RETURN(swap, SwapSpace::Create(*engine, {.dirs = {dir.path()},
+                                                            .size = 32 << 20}));
+    ZINF_ASSIGN_OR_RETURN(pool, PinnedPool::Create({.budget_bytes = pinned_budget}));
+    ZINF_ASSIGN_OR_RETURN(tm, TierManager::Create(*device, *pool, swap.get(), {.prefetch = false}));
+    return Status::Ok();
+  }
+};
+
+TEST(GradAccumulatorTest, SumsMicroBatchesAcrossUnitsThatSpillToNvme) {
+  Rig rig;
   constexpr size_t kN = 50000;  // 200 KB of fp32 per unit
   // Pinned room for the staging block and about two accumulators: six units must spill.
-  auto pool = PinnedPool::Create({.budget_bytes = 3 * 4 * kN + 3 * 4096 + (64 << 10)});
-  ASSERT_TRUE(pool.ok());
-  auto tm = TierManager::Create(**device, **pool, swap->get(), {.prefetch = false});
-  ASSERT_TRUE(tm.ok()) << tm.status().ToString();
-  auto acc = GradAccumulator::Create(**tm, **device, **pool, kN);
+  ASSERT_TRUE(rig.Make(3 * 4 * kN + 3 * 4096 + (64 << 10)).ok());
+  auto acc = GradAccumulator::Create(*rig.tm, *rig.device, *rig.pool, kN);
   ASSERT_TRUE(acc.ok()) << acc.status().ToString();
-  Stream* up = *(*device)->CreateStream("upload");
-  void* staging = *(*device)->AllocatePinned(2 * kN);
-  void* dev_grad = *(*device)->Allocate(2 * kN);
+  Stream* up = *rig.device->CreateStream("upload");
+  void* staging = *rig.device->AllocatePinned(2 * kN);
+  void* dev_grad = *rig.device->Allocate(2 * kN);
 
   constexpr int kUnits = 6, kMicro = 3;
   std::vector<ShardId> shards;
   std::vector<std::vector<double>> want(kUnits, std::vector<double>(kN, 0.0));
   for (int u = 0; u < kUnits; ++u) {
-    shards.push_back(*(*tm)->Register({.name = "grad" + std::to_string(u),
+    shards.push_back(*rig.tm->Register({.name = "grad" + std::to_string(u),
                                        .role = Role::kGrad, .bytes = 4 * kN}));
   }
   std::mt19937 rng(5);
@@ -54,18 +67,18 @@ TEST(GradAccumulatorTest, SumsMicroBatchesAcrossUnitsThatSpillToNvme) {
         g[i] = kernels::FloatToBf16(normal(rng));
         want[u][i] += 0.5 * kernels::Bf16ToFloat(g[i]);
       }
-      ASSERT_TRUE((*device)->CopyToDevice(up, dev_grad, staging, 2 * kN).ok());
-      ASSERT_TRUE((*device)->StreamSynchronize(up).ok());
+      ASSERT_TRUE(rig.device->CopyToDevice(up, dev_grad, staging, 2 * kN).ok());
+      ASSERT_TRUE(rig.device->StreamSynchronize(up).ok());
       auto finite = (*acc)->Accumulate(shards[u], dev_grad, kernels::DType::kBf16, kN, 0.5f, m == 0);
       ASSERT_TRUE(finite.ok()) << finite.status().ToString();
       EXPECT_TRUE(*finite);
     }
   }
-  EXPECT_GT((*tm)->stats().writebacks, 0u) << "the pinned budget was meant to force spills";
-  ASSERT_TRUE((*tm)->Flush().ok());
+  EXPECT_GT(rig.tm->stats().writebacks, 0u) << "the pinned budget was meant to force spills";
+  ASSERT_TRUE(rig.tm->Flush().ok());
   std::vector<float> got(kN);
   for (int u = 0; u < kUnits; ++u) {
-    ASSERT_TRUE((*tm)->ReadHome(shards[u], got.data()).ok());
+    ASSERT_TRUE(rig.tm->ReadHome(shards[u], got.data()).ok());
     for (size_t i = 0; i < kN; i += 97) {
       ASSERT_NEAR(got[i], want[u][i], 1e-5 * (1 + std::abs(want[u][i]))) << "unit " << u << " i " << i;
     }
@@ -74,41 +87,32 @@ TEST(GradAccumulatorTest, SumsMicroBatchesAcrossUnitsThatSpillToNvme) {
   auto* g = static_cast<uint16_t*>(staging);
   std::memset(g, 0, 2 * kN);
   g[kN / 2] = kernels::FloatToBf16(std::numeric_limits<float>::infinity());
-  ASSERT_TRUE((*device)->CopyToDevice(up, dev_grad, staging, 2 * kN).ok());
-  ASSERT_TRUE((*device)->StreamSynchronize(up).ok());
+  ASSERT_TRUE(rig.device->CopyToDevice(up, dev_grad, staging, 2 * kN).ok());
+  ASSERT_TRUE(rig.device->StreamSynchronize(up).ok());
   auto finite = (*acc)->Accumulate(shards[0], dev_grad, kernels::DType::kBf16, kN, 1.0f, false);
   ASSERT_TRUE(finite.ok());
   EXPECT_FALSE(*finite);
-  ASSERT_TRUE((*device)->Free(dev_grad).ok());
-  ASSERT_TRUE((*device)->FreePinned(staging).ok());
+  ASSERT_TRUE(rig.device->Free(dev_grad).ok());
+  ASSERT_TRUE(rig.device->FreePinned(staging).ok());
 }
 
 // Shards of 16-bit values (one micro-batch a step): the device's values stored as they are,
 // through NVMe spills, with the norm's sum of squares and the finiteness flag; no staging block.
 TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
-  zinf::testing::TempDir dir;
-  auto device = MakeHostDevice({.kind = DeviceKind::kHost, .budget_bytes = 16 << 20});
-  ASSERT_TRUE(device.ok());
-  auto engine = io::Engine::Create({.block_size = 256 << 10, .queue_depth = 8});
-  ASSERT_TRUE(engine.ok());
-  auto swap = SwapSpace::Create(**engine, {.dirs = {dir.path()}, .size = 32 << 20});
-  ASSERT_TRUE(swap.ok());
+  Rig rig;
   constexpr size_t kN = 50000;
-  auto pool = PinnedPool::Create({.budget_bytes = 2 * (2 * kN + 4096)});  // two shards' room
-  ASSERT_TRUE(pool.ok());
-  auto tm = TierManager::Create(**device, **pool, swap->get(), {.prefetch = false});
-  ASSERT_TRUE(tm.ok()) << tm.status().ToString();
-  auto acc = GradAccumulator::Create(**tm, **device, **pool, kN, /*fp32_shards=*/false);
+  ASSERT_TRUE(rig.Make(2 * (2 * kN + 4096)).ok());  // two shards' room
+  auto acc = GradAccumulator::Create(*rig.tm, *rig.device, *rig.pool, kN, /*fp32_shards=*/false);
   ASSERT_TRUE(acc.ok()) << acc.status().ToString();
-  EXPECT_EQ((*pool)->bytes_in_use(), 0u) << "no staging block for 16-bit shards";
-  Stream* up = *(*device)->CreateStream("upload");
-  void* dev_grad = *(*device)->Allocate(2 * kN);
-  void* staging = *(*device)->AllocatePinned(2 * kN);
+  EXPECT_EQ(rig.pool->bytes_in_use(), 0u) << "no staging block for 16-bit shards";
+  Stream* up = *rig.device->CreateStream("upload");
+  void* dev_grad = *rig.device->Allocate(2 * kN);
+  void* staging = *rig.device->AllocatePinned(2 * kN);
   // Uploads n 16-bit values to dev_grad through the pinned staging.
   auto upload = [&](const std::vector<uint16_t>& v) {
     std::memcpy(staging, v.data(), 2 * kN);
-    return (*device)->CopyToDevice(up, dev_grad, staging, 2 * kN).ok() &&
-           (*device)->StreamSynchronize(up).ok();
+    return rig.device->CopyToDevice(up, dev_grad, staging, 2 * kN).ok() &&
+           rig.device->StreamSynchronize(up).ok();
   };
   for (kernels::DType type : {kernels::DType::kBf16, kernels::DType::kF16}) {
     SCOPED_TRACE(std::string(kernels::DTypeName(type)));
@@ -119,7 +123,7 @@ TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
     std::normal_distribution<float> normal(0, 1);
     double sum_squares = 0, want_sum_squares = 0;
     for (int u = 0; u < kUnits; ++u) {
-      auto id = (*tm)->Register({.name = fmt::format("{}grad{}", kernels::DTypeName(type), u),
+      auto id = rig.tm->Register({.name = fmt::format("{}grad{}", kernels::DTypeName(type), u),
                                  .role = Role::kGrad, .bytes = 2 * kN});
       ASSERT_TRUE(id.ok());
       shards.push_back(*id);
@@ -138,11 +142,11 @@ TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
       EXPECT_TRUE(*finite);
     }
     EXPECT_EQ(sum_squares, want_sum_squares);
-    EXPECT_GT((*tm)->stats().writebacks, 0u) << "five shards in room for two must spill";
-    ASSERT_TRUE((*tm)->Flush().ok());
+    EXPECT_GT(rig.tm->stats().writebacks, 0u) << "five shards in room for two must spill";
+    ASSERT_TRUE(rig.tm->Flush().ok());
     std::vector<uint16_t> got(kN);
     for (int u = 0; u < kUnits; ++u) {
-      ASSERT_TRUE((*tm)->ReadHome(shards[u], got.data()).ok());
+      ASSERT_TRUE(rig.tm->ReadHome(shards[u], got.data()).ok());
       EXPECT_TRUE(got == want[u]) << "unit " << u;
     }
     // A NaN is reported; a later micro-batch or a scale other than 1 cannot be stored.
@@ -158,13 +162,13 @@ TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
               StatusCode::kInvalidArgument);
   }
   // An fp32 shard needs the staging block this accumulator was made without.
-  auto f32 = (*tm)->Register({.name = "f32grad", .role = Role::kGrad, .bytes = 4 * kN});
+  auto f32 = rig.tm->Register({.name = "f32grad", .role = Role::kGrad, .bytes = 4 * kN});
   ASSERT_TRUE(f32.ok());
   EXPECT_EQ(
       (*acc)->Accumulate(*f32, dev_grad, kernels::DType::kBf16, kN, 1.0f, true).status().code(),
       StatusCode::kFailedPrecondition);
-  ASSERT_TRUE((*device)->Free(dev_grad).ok());
-  ASSERT_TRUE((*device)->FreePinned(staging).ok());
+  ASSERT_TRUE(rig.device->Free(dev_grad).ok());
+  ASSERT_TRUE(rig.device->FreePinned(staging).ok());
 }
 
 }  // namespace
