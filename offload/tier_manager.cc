@@ -48,6 +48,9 @@ struct TierManager::Copy {
   PinnedBlock block;   // host copies: the pool block
   int pins = 0;        // leases, plus transfers that read this copy
   int leases = 0;      // of the pins, those held by leases (the rest end with their transfer)
+  // Set while the thread moving this copy waits for memory of the other tier before its
+  // transfer can start: then the copy settles only if that thread gets its memory.
+  std::thread::id waiter;
   bool dirty = false;  // newer than the copy below it
   uint64_t version = 0;  // bumped by every dirty release (a write-back in flight then stays dirty)
   Status error;        // the last load failed
@@ -295,7 +298,15 @@ Status TierManager::Reserve(std::unique_lock<std::mutex>& lock, Tier tier, uint6
       }
       if (c.state == Copy::kAbsent) continue;
       if (c.state != Copy::kReady || c.pins > c.leases) {
-        transient = true;  // a load, write-back or copy in flight: its end frees or unpins it
+        // A load, write-back or copy in flight: its end frees or unpins it. Unless the thread
+        // moving it is itself waiting here for another thread's release: then it is counted
+        // like a lease (waiting on it could be a deadlock).
+        if (c.waiter == std::thread::id() || !reserving_.contains(c.waiter)) {
+          transient = true;
+        } else {
+          leased++;
+          leased_bytes += tier == Tier::kHost ? s.host_bytes : s.spec.bytes;
+        }
         continue;
       }
       if (c.pins > 0) {
@@ -384,7 +395,9 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
     if (h.state == Copy::kAbsent) {
       void* p = nullptr;
       PinnedBlock b;
+      c.waiter = std::this_thread::get_id();
       Status st = Reserve(lock, Tier::kHost, s.host_bytes, false, 0, &p, &b);
+      c.waiter = std::thread::id();
       if (!st.ok()) {
         c.pins--;
         cv_.notify_all();  // a waiter may have seen this pin as a transfer in flight
@@ -610,7 +623,9 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
   }
   s.device_wants_host = true;
   if (h.state == Copy::kLoading) return Status::Ok();
+  c.waiter = std::this_thread::get_id();  // the h2d cannot start before the host copy
   Status st = StartLoad(lock, id, Tier::kHost, prefetch, need_pos);
+  c.waiter = std::thread::id();
   if (!st.ok() && s.device_wants_host) AbandonDeviceLoad(id, Status::Ok());  // st goes up
   return st;
 }

@@ -20,7 +20,10 @@
 //   another thread that is not itself waiting for memory holds a lease in that tier (its
 //   Release frees room: the optimizer thread's gradient leases beside the computing thread's);
 //   otherwise (only the caller's own leases, or every holder waiting on another) it fails with
-//   ResourceExhausted naming the numbers instead of waiting forever.
+//   ResourceExhausted naming the numbers instead of waiting forever. A copy in transfer is
+//   waited for, except one whose mover is itself waiting for memory here (a write-back or load
+//   that needs the other tier first): it counts as leased, so two threads never wait on each
+//   other.
 // - Prefetch: the first step (up to EndStep) records the order of acquires. In later steps each
 //   acquire that matches the trace issues the fetches that follow it, as far ahead as memory
 //   allows without evicting anything needed sooner (and within max_inflight_bytes per link).

@@ -498,6 +498,54 @@ TEST(TierManagerTest, InstallPendingServesNewContentAndHoldsItUntilTheHomeWrite)
   EXPECT_EQ(rig.tm->stats().installs, 2u);
 }
 
+// A thread writing a dirty device copy back waits for host memory held by another thread's
+// lease; that other thread then needs device memory, which only the copy being written back
+// would free. It must not wait for that copy (its writer waits on it): it fails, releases, and
+// the writer finishes.
+TEST(TierManagerTest, AWaitOnACopyWhoseMoverWaitsForTheWaiterFailsInsteadOfDeadlocking) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(kShard, kShard, /*prefetch=*/false).ok());
+  std::vector<ShardId> ids;  // z, x, y, w
+  RegisterFilled(*rig.tm, 4, "s", &ids);
+  if (HasFatalFailure()) return;
+  {
+    auto z = rig.tm->Acquire(ids[0], Tier::kDevice);
+    ASSERT_TRUE(z.ok());
+    auto p = z->Wait();
+    ASSERT_TRUE(p.ok());
+    std::memset(*p, 0x5a, kShard);
+    ASSERT_TRUE(rig.tm->Release(std::move(*z), true).ok());  // dirty on the device
+  }
+  std::promise<void> x_held;
+  std::atomic<bool> b_failed{false};
+  std::thread b([&] {
+    auto x = rig.tm->Acquire(ids[1], Tier::kHost);  // fills the host tier
+    ASSERT_TRUE(x.ok());
+    ASSERT_TRUE(x->Wait().ok());
+    x_held.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a is waiting by now
+    auto w = rig.tm->Acquire(ids[3], Tier::kDevice);
+    b_failed = !w.ok() && w.status().code() == StatusCode::kResourceExhausted;
+    if (w.ok()) {
+      (void)w->Wait();
+      rig.tm->Release(std::move(*w), false).IgnoreError();
+    }
+    ASSERT_TRUE(rig.tm->Release(std::move(*x), false).ok());
+  });
+  x_held.get_future().wait();
+  auto y = rig.tm->Acquire(ids[2], Tier::kDevice);  // evicts z: a write-back needing host room
+  auto yp = y.ok() ? y->Wait() : Result<void*>(y.status());
+  b.join();
+  EXPECT_TRUE(b_failed.load());
+  ASSERT_TRUE(yp.ok()) << yp.status().ToString();
+  EXPECT_EQ(Bytes(*yp, kShard), std::vector<uint8_t>(kShard, 2));
+  ASSERT_TRUE(rig.tm->Release(std::move(*y), false).ok());
+  ASSERT_TRUE(rig.tm->Flush().ok());
+  std::vector<uint8_t> home(kShard);
+  ASSERT_TRUE(rig.tm->ReadHome(ids[0], home.data()).ok());
+  EXPECT_EQ(home, std::vector<uint8_t>(kShard, 0x5a)) << "z's write-back landed";
+}
+
 TEST(TierManagerTest, RegistrationRefusesShardsThatCouldNeverFit) {
   Rig rig;
   ASSERT_TRUE(rig.Make(1 << 20, 4 << 20).ok());
