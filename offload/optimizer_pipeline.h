@@ -11,9 +11,9 @@
 // units after it old state (the caller restores from a checkpoint; a later generation scheme
 // makes this atomic).
 //
-// Gradients come from host memory: a plain pointer, or an fp32 gradient shard of a TierManager
-// (what GradAccumulator fills; it may have spilled to NVMe), acquired in the host tier one unit
-// ahead of its update and released after it. Non-finite gradients must be detected before Step
+// Gradients come from host memory: a plain pointer, or a gradient shard (grad_type) of a
+// TierManager (what GradAccumulator fills; it may have spilled to NVMe), acquired in the host
+// tier one unit ahead of its update and released after it. Non-finite gradients must be detected before Step
 // (AccumulateGrad reports them for free); Step does not skip.
 //
 // Thread-safety: one Step at a time per pipeline. The pipeline starts the engine's reaper.

@@ -20,7 +20,8 @@
 //   elementwise, so both give bit-identical results, and so does the whole step whatever the
 //   budgets: offload changes where bytes live, never the arithmetic.
 // Homes: param16 on NVMe when params_on_nvme or optimizer_on_nvme (the optimizer pipeline writes
-// them there), else in host memory; fp32 gradients on NVMe whenever the runtime has a swap space.
+// them there), else in host memory; gradients (16-bit with one micro-batch a step, else fp32
+// sums: ExecutorOptions::micro_batches) on NVMe whenever the runtime has a swap space.
 // Device memory (activations, widened weights, one unit's gradients) is allocated once from the
 // device budget at Create; what remains holds the param16 copies. Too small a budget is refused
 // at Create with the numbers.
@@ -119,8 +120,8 @@ class LayerExecutor {
                                            float loss_scale, float accumulate_scale, bool first,
                                            bool last, const kernels::AdamHyper* overlap = nullptr);
   Result<double> Evaluate(const int32_t* tokens, const int32_t* targets);
-  // Σ g² of the accumulated fp32 gradients, measured during the last micro-batch (ForwardBackward
-  // with last = true).
+  // Σ g² of the step's gradients (as the shards hold them), measured during the last
+  // micro-batch (ForwardBackward with last = true).
   double grad_sum_squares() const { return grad_sum_squares_; }
   // hyper.grad_scale should fold in the loss-scale unscaling and the clipping coefficient.
   // With the optimizer state on NVMe (and ExecutorOptions::async_optimizer) the step only STARTS
