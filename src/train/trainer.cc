@@ -86,6 +86,7 @@ std::string TrainSummary::ToJson() const {
   if (val_loss >= 0) j["val_loss"] = val_loss;
   j["compute_seconds_per_step"] = compute_seconds;
   j["stall_seconds_per_step"] = stall_seconds;
+  j["optimizer_wait_seconds_per_step"] = optimizer_wait_seconds;
   j["grad_seconds_per_step"] = grad_seconds;
   j["optimizer_seconds_per_step"] = optimizer_seconds;
   if (step_over_bound > 0) {
@@ -313,6 +314,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     const double n = static_cast<double>(sum.steps);
     sum.compute_seconds = es.compute_seconds / n;
     sum.stall_seconds = (es.stall_seconds + es.optimizer_wait_seconds) / n;
+    sum.optimizer_wait_seconds = es.optimizer_wait_seconds / n;
     sum.grad_seconds = es.grad_seconds / n;
     sum.optimizer_seconds = es.optimizer_seconds / n;
   }

@@ -68,6 +68,7 @@ struct TrainSummary {
   double step_over_bound = 0;
   // Where the executor's time went, per step (medians are not kept: totals / steps).
   double compute_seconds = 0, stall_seconds = 0, grad_seconds = 0, optimizer_seconds = 0;
+  double optimizer_wait_seconds = 0;  // of stall_seconds: waiting for the optimizer's weights
   std::string ToJson() const;
 };
 
