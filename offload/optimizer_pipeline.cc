@@ -53,10 +53,6 @@ Result<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::Create(
 }
 
 OptimizerPipeline::~OptimizerPipeline() {
-  if (preread_ != nullptr) {  // its reads land in the slabs: wait for them
-    std::unique_lock lock(preread_->mu);
-    preread_->cv.wait(lock, [&] { return preread_->in_flight == 0; });
-  }
   for (auto& s : slabs_) pool_.Free(s);
 }
 
@@ -75,7 +71,10 @@ struct StepState {
 
 }  // namespace
 
-Status OptimizerPipeline::Validate(std::span<const OptimizerUnit> units) const {
+Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit> units,
+                                                   const kernels::AdamHyper& hyper,
+                                                   const std::function<void(size_t)>* on_unit_written,
+                                                   const UpdatedFn* on_unit_updated) {
   const size_t count = units.size();
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUnit& u = units[i];
@@ -105,65 +104,6 @@ Status OptimizerPipeline::Validate(std::span<const OptimizerUnit> units) const {
           "or 0 bytes (param16) for n = {}", i, u.n));
     }
   }
-  return Status::Ok();
-}
-
-Status OptimizerPipeline::PreRead(std::span<const OptimizerUnit> units) {
-  if (preread_ != nullptr || units.empty()) return Status::Ok();
-  ZINF_RETURN_IF_ERROR(Validate(units));
-  auto pr = std::make_unique<PreReadState>();
-  PreReadState* p = pr.get();
-  io::Engine& engine = swap_.engine();
-  std::lock_guard lock(p->mu);
-  for (size_t i = 0; i < units.size() && i < options_.depth; ++i) {
-    const OptimizerUnit& u = units[i];
-    const Layout l = LayoutFor(u.n);
-    uint8_t* slab = slabs_[i].data;
-    p->units.emplace_back(u.master.offset, u.n);
-    for (auto [ext, off] : {std::pair{&u.master, l.master}, std::pair{&u.exp_avg, l.exp_avg},
-                            std::pair{&u.exp_avg_sq, l.exp_avg_sq}}) {
-      p->in_flight++;
-      Status st = engine.Submit({io::OpKind::kRead, swap_.file(), ext->offset, slab + off,
-                                 l.state_bytes},
-                                [p](const Status& r) {
-                                  std::lock_guard done(p->mu);
-                                  if (!r.ok() && p->error.ok()) p->error = r;
-                                  p->in_flight--;
-                                  p->cv.notify_all();
-                                });
-      if (!st.ok()) {
-        p->in_flight--;
-        if (p->error.ok()) p->error = st;
-        break;
-      }
-      p->bytes += l.state_bytes;
-    }
-    if (!p->error.ok()) break;
-  }
-  preread_ = std::move(pr);
-  return Status::Ok();  // a failed read shows in Step, which then reads again
-}
-
-size_t OptimizerPipeline::TakePreRead(std::span<const OptimizerUnit> units,
-                                      uint64_t* bytes_read) {
-  if (preread_ == nullptr) return 0;
-  std::unique_ptr<PreReadState> pr = std::move(preread_);
-  std::unique_lock lock(pr->mu);
-  pr->cv.wait(lock, [&] { return pr->in_flight == 0; });
-  if (!pr->error.ok() || pr->units.size() > units.size()) return 0;
-  for (size_t i = 0; i < pr->units.size(); ++i) {
-    if (pr->units[i] != std::pair{units[i].master.offset, units[i].n}) return 0;
-  }
-  *bytes_read += pr->bytes;
-  return pr->units.size();
-}
-
-Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit> units,
-                                                   const kernels::AdamHyper& hyper,
-                                                   const std::function<void(size_t)>* on_unit_written,
-                                                   const UpdatedFn* on_unit_updated) {
-  const size_t count = units.size();
-  ZINF_RETURN_IF_ERROR(Validate(units));
   io::Engine& engine = swap_.engine();
   const io::FileId file = swap_.file();
   const unsigned depth = options_.depth;
@@ -226,11 +166,9 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
   };
 
   const auto t0 = Clock::now();
-  // Units whose state PreRead already brought into their slabs are not read again.
-  const size_t preread = TakePreRead(units, &stats.bytes_read);
   {
     std::lock_guard lock(st.mu);
-    for (size_t i = preread; i < count && i < depth; ++i) submit_reads(i);
+    for (size_t i = 0; i < count && i < depth; ++i) submit_reads(i);
   }
   Status failure;
   // Gradient shards come up one unit ahead, from the computing thread (an Acquire may wait for

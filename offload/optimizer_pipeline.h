@@ -19,14 +19,11 @@
 // Thread-safety: one Step at a time per pipeline. The pipeline starts the engine's reaper.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "kernels/cpu/adam.h"
@@ -93,14 +90,6 @@ class OptimizerPipeline {
                                   const std::function<void(size_t)>* on_unit_written = nullptr,
                                   const UpdatedFn* on_unit_updated = nullptr);
 
-  // Starts reading the master weights and moments of the first `depth` units into their slabs
-  // now (for example during backward, when the slabs are idle), so that the next Step over the
-  // same units starts with them in memory. Returns at once. Only Step changes the state, so
-  // the reads stay valid until then; Step waits for them and uses them when its first units
-  // are the same extents (else it reads again). A second call before Step does nothing. Not
-  // concurrently with Step. Requires: the units pass Step's checks.
-  Status PreRead(std::span<const OptimizerUnit> units);
-
   uint64_t slab_bytes() const { return slab_bytes_; }
   unsigned depth() const { return options_.depth; }
   // The slabs, for callers that measure bounds with the same memory (bench-swap).
@@ -116,28 +105,14 @@ class OptimizerPipeline {
   Layout LayoutFor(uint64_t n) const;
 
  private:
-  // Reads in flight or done for PreRead; shared with the engine's reaper thread.
-  struct PreReadState {
-    std::mutex mu;
-    std::condition_variable cv;
-    int in_flight = 0;
-    Status error;
-    std::vector<std::pair<uint64_t, uint64_t>> units;  // (master offset, n) of units 0..k-1
-    uint64_t bytes = 0;
-  };
   OptimizerPipeline(SwapSpace& swap, PinnedPool& pool, const OptimizerPipelineOptions& o)
       : swap_(swap), pool_(pool), options_(o) {}
-  Status Validate(std::span<const OptimizerUnit> units) const;
-  // Waits for PreRead's reads and ends it; the number of leading units whose state it left in
-  // their slabs (0 when none, when they differ from `units`, or after a read error).
-  size_t TakePreRead(std::span<const OptimizerUnit> units, uint64_t* bytes_read);
   SwapSpace& swap_;
   PinnedPool& pool_;
   OptimizerPipelineOptions options_;
   uint64_t slab_bytes_ = 0;
   uint64_t max_elems_ = 0;
   std::vector<PinnedBlock> slabs_;
-  std::unique_ptr<PreReadState> preread_;
 };
 
 }  // namespace zinf::offload

@@ -370,10 +370,6 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   // The previous optimizer step has read its gradients before the shards are overwritten.
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   if (last) grad_sum_squares_ = 0;
-  if (last && overlap == nullptr && pipeline_ != nullptr && options_.async_optimizer) {
-    // The slabs are idle until the optimizer step: its first units' state is read meanwhile.
-    ZINF_RETURN_IF_ERROR(pipeline_->PreRead(opt_units_));
-  }
 
   // With overlap, a unit whose gradients are final is updated right after the next unit's
   // backward is enqueued (on a GPU the two then run at once).

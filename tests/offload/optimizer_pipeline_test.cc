@@ -141,69 +141,6 @@ TEST_P(OptimizerPipelineTest, MatchesInMemoryAdamBitForBit) {
   EXPECT_LE(pool_->peak_bytes(), pool_->budget_bytes());
 }
 
-// PreRead before a Step gives the same bits as reading in the Step, and the bytes count once;
-// a PreRead of other units than the Step's is not used (the Step reads again).
-TEST_P(OptimizerPipelineTest, PreReadStateIsUsedByTheNextStepOnlyWhenItMatches) {
-  auto e = io::Engine::Create({.block_size = 128 << 10, .queue_depth = 8});
-  ASSERT_TRUE(e.ok());
-  Build(std::move(e).value());
-  OptimizerPipelineOptions o;
-  o.depth = GetParam();
-  o.adam.threads = 2;
-  auto pipe = OptimizerPipeline::Create(*space_, *pool_, 200000, o);
-  ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
-  kernels::AdamHyper h;
-  h.lr = 1e-2f;
-  h.adamw = true;
-  uint64_t plain_bytes = 0;
-  for (int step = 1; step <= 4; ++step) {
-    h.step = step;
-    const uint64_t engine_read_before = engine_->stats().bytes_read;
-    if (step == 2) {
-      ASSERT_TRUE((*pipe)->PreRead(units_).ok());
-      ASSERT_TRUE((*pipe)->PreRead(units_).ok());  // a second call does nothing
-    }
-    if (step == 3) {  // the last units first: not what the Step starts with
-      std::vector<OptimizerUnit> other(units_.rbegin(), units_.rend());
-      ASSERT_TRUE((*pipe)->PreRead(other).ok());
-    }
-    auto stats = (*pipe)->Step(units_, h);
-    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-    // The disk really read each unit once when the pre-read was used (step 2), and the wasted
-    // pre-read's units twice when it was not (step 3).
-    const uint64_t engine_read = engine_->stats().bytes_read - engine_read_before;
-    if (step == 1) {
-      plain_bytes = stats->bytes_read;
-      EXPECT_EQ(engine_read, plain_bytes);
-    } else {
-      EXPECT_EQ(stats->bytes_read, plain_bytes) << "step " << step;
-      if (step == 2) {
-        EXPECT_EQ(engine_read, plain_bytes);
-      }
-      if (step == 3) {
-        EXPECT_GT(engine_read, plain_bytes);
-      }
-    }
-    for (auto& mu : mem_) {
-      kernels::AdamBuffers b{mu.master.data(), mu.grad.data(), DType::kF32, mu.m.data(),
-                             mu.v.data(), DType::kF32, mu.p16.data(), DType::kBf16,
-                             mu.master.size()};
-      kernels::AdamOptions ao;
-      ao.threads = 2;
-      ASSERT_TRUE(kernels::AdamStep(h, b, ao).ok());
-    }
-  }
-  ASSERT_TRUE((*pipe)->PreRead(units_).ok());  // left pending: the destructor waits for it
-  for (size_t k = 0; k < units_.size(); ++k) {
-    const uint64_t n = units_[k].n;
-    EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].master).data(), mem_[k].master.data(), 4 * n))
-        << "unit " << k;
-    EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].exp_avg).data(), mem_[k].m.data(), 4 * n));
-    EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].exp_avg_sq).data(), mem_[k].v.data(), 4 * n));
-    EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].param16).data(), mem_[k].p16.data(), 2 * n));
-  }
-}
-
 TEST_P(OptimizerPipelineTest, GradientsFromTierManagerShardsMatchTooBitForBit) {
   auto e = io::Engine::Create({.block_size = 128 << 10, .queue_depth = 8});
   ASSERT_TRUE(e.ok());
