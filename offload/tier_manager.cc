@@ -777,12 +777,8 @@ Status TierManager::Release(Lease lease, bool dirty) {
     }
     // The other tier's copy is now stale: drop it (it is reloaded from the newer one).
     const Tier other_tier = lease.tier_ == Tier::kDevice ? Tier::kHost : Tier::kDevice;
-    Copy& o = s.copy[static_cast<int>(other_tier)];
     const bool is_home = other_tier == Tier::kHost && s.spec.home == Tier::kHost;
-    if (!is_home && o.state != Copy::kAbsent) {
-      if (o.state == Copy::kReady && o.pins == 0) FreeCopy(lease.shard_, other_tier);
-      else o.stale = true;
-    }
+    if (!is_home) DropOrMarkStale(lease.shard_, other_tier);
   }
   if (c.stale && c.pins == 0 && c.state == Copy::kReady) FreeCopy(lease.shard_, lease.tier_);
   cv_.notify_all();
@@ -858,6 +854,16 @@ Result<bool> TierManager::InstallPending(ShardId id, const void* data) {
   return true;
 }
 
+void TierManager::DropOrMarkStale(ShardId id, Tier tier) {
+  Copy& c = shards_[id]->copy[static_cast<int>(tier)];
+  if (c.state == Copy::kAbsent) return;
+  if (c.state == Copy::kReady && c.pins == 0) {
+    FreeCopy(id, tier);
+  } else {
+    c.stale = true;
+  }
+}
+
 void TierManager::EndPending(ShardId id, bool home_written) {
   std::lock_guard lock(mu_);
   if (id >= shards_.size() || !shards_[id]->pending) return;
@@ -870,12 +876,7 @@ void TierManager::EndPendingLocked(ShardId id, bool home_written) {
   Copy& h = s.copy[kHostIdx];
   h.pins--;
   if (!home_written) {
-    for (Tier t : {Tier::kDevice, Tier::kHost}) {
-      Copy& c = s.copy[static_cast<int>(t)];
-      if (c.state == Copy::kAbsent) continue;
-      if (c.state == Copy::kReady && c.pins == 0) FreeCopy(id, t);
-      else c.stale = true;
-    }
+    for (Tier t : {Tier::kDevice, Tier::kHost}) DropOrMarkStale(id, t);
   }
   cv_.notify_all();
 }
@@ -892,11 +893,7 @@ void TierManager::HomeRewritten(ShardId id) {
     Copy& c = s.copy[static_cast<int>(t)];
     if (c.state == Copy::kAbsent || (t == Tier::kHost && s.spec.home == Tier::kHost)) continue;
     c.dirty = false;  // older than the home now
-    if (c.state == Copy::kReady && c.pins == 0) {
-      FreeCopy(id, t);
-    } else {
-      c.stale = true;
-    }
+    DropOrMarkStale(id, t);
   }
   cv_.notify_all();
 }

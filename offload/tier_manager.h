@@ -219,6 +219,9 @@ class TierManager {
   void AbandonDeviceLoad(ShardId id, Status error);
   void LinkBusy(int link, int delta);
   void EndPendingLocked(ShardId id, bool home_written);
+  // A copy holding outdated content: freed now when idle, else marked stale (dropped before its
+  // next use, or when its transfer or lease ends). No-op when absent.
+  void DropOrMarkStale(ShardId id, Tier tier);
   // Makes the lease `id`/`tier` for the calling thread (counted in holders_).
   Lease NewLease(ShardId id, Tier tier);
   // True when a thread other than the caller holds a lease in `tier` and is not itself waiting
