@@ -9,94 +9,222 @@
 
 namespace zinf::offload {
 
-Result<std::unique_ptr<GradAccumulator>> GradAccumulator::Create(TierManager& tm, Device& device,
-                                                                 PinnedPool& pool,
-                                                                 size_t max_unit_elems,
-                                                                 bool fp32_shards) {
-  if (max_unit_elems == 0) return InvalidArgument("GradAccumulator: units of 0 elements");
-  auto g = std::unique_ptr<GradAccumulator>(new GradAccumulator(tm, device, pool));
-  ZINF_ASSIGN_OR_RETURN(g->stream_, device.CreateStream("grad d2h"));
-  if (fp32_shards) {
-    auto block = pool.Allocate(4 * max_unit_elems);
-    if (!block.ok()) return block.status().WithContext("gradient staging block");
-    g->staging_ = *block;
+Result<std::unique_ptr<GradAccumulator>> GradAccumulator::Create(
+    TierManager& tm, Device& device, PinnedPool& pool, const GradAccumulatorOptions& options) {
+  if (options.max_unit_elems == 0) return InvalidArgument("GradAccumulator: units of 0 elements");
+  if (options.depth == 0) return InvalidArgument("GradAccumulator: depth must be >= 1");
+  if (options.device_grad_bytes != 2 && options.device_grad_bytes != 4) {
+    return InvalidArgument("GradAccumulator: device_grad_bytes must be 2 or 4");
   }
-  g->max_elems_ = max_unit_elems;
+  auto g = std::unique_ptr<GradAccumulator>(new GradAccumulator(tm, device, pool, options));
+  ZINF_ASSIGN_OR_RETURN(g->stream_, device.CreateStream("grad d2h"));
+  if (options.fp32_shards) {
+    for (unsigned k = 0; k < options.depth; ++k) {
+      auto block = pool.Allocate(uint64_t{options.device_grad_bytes} * options.max_unit_elems);
+      if (!block.ok()) return block.status().WithContext("gradient staging blocks");
+      g->staging_.push_back(*block);
+      g->free_staging_.push_back(static_cast<int>(k));
+    }
+  }
+  g->worker_ = std::thread([p = g.get()] { p->Run(); });
   return g;
 }
 
 GradAccumulator::~GradAccumulator() {
+  Finish().status().IgnoreError();
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
   device_.StreamSynchronize(stream_).IgnoreError();
-  pool_.Free(staging_);
+  for (auto& b : staging_) pool_.Free(b).IgnoreError();
 }
 
-Result<bool> GradAccumulator::Accumulate(ShardId grad_shard, const void* device_grad,
-                                         kernels::DType type, size_t n, float scale, bool first,
-                                         double* sum_squares) {
-  if (n == 0 || n > max_elems_) {
-    return InvalidArgument(fmt::format("gradient of {} elements: expected 1..{}", n, max_elems_));
+Status GradAccumulator::Validate(const HandOver& h, bool* store16) const {
+  if (h.n == 0 || h.n > options_.max_unit_elems) {
+    return InvalidArgument(fmt::format("gradient of {} elements: expected 1..{}", h.n,
+                                       options_.max_unit_elems));
   }
-  const uint64_t shard_bytes = tm_.spec(grad_shard).bytes;
-  if (type != kernels::DType::kF32 && shard_bytes == kernels::DTypeSize(type) * n) {
-    return Store16(grad_shard, device_grad, type, n, scale, first, sum_squares);
+  if (kernels::DTypeSize(h.type) > options_.device_grad_bytes) {
+    return InvalidArgument(fmt::format("a {} gradient: this accumulator stages {}-byte values",
+                                       kernels::DTypeName(h.type), options_.device_grad_bytes));
   }
-  if (shard_bytes != 4 * n) {
+  const uint64_t shard_bytes = tm_.spec(h.shard).bytes;
+  *store16 = h.type != kernels::DType::kF32 && shard_bytes == kernels::DTypeSize(h.type) * h.n;
+  if (*store16) {
+    if (!h.first || h.scale != 1.0f) {
+      return InvalidArgument(fmt::format(
+          "gradient shard {} holds {} values as they come: one micro-batch a step at scale 1 "
+          "(got {} micro-batch, scale {})", tm_.spec(h.shard).name, kernels::DTypeName(h.type),
+          h.first ? "the first" : "a later", h.scale));
+    }
+    return Status::Ok();
+  }
+  if (shard_bytes != 4 * h.n) {
     return InvalidArgument(fmt::format(
-        "gradient shard {} holds {} bytes, not {} fp32 values{}", tm_.spec(grad_shard).name,
-        shard_bytes, n,
-        type == kernels::DType::kF32
+        "gradient shard {} holds {} bytes, not {} fp32 values{}", tm_.spec(h.shard).name,
+        shard_bytes, h.n,
+        h.type == kernels::DType::kF32
             ? ""
-            : fmt::format(" or {} {} values", n, kernels::DTypeName(type))));
+            : fmt::format(" or {} {} values", h.n, kernels::DTypeName(h.type))));
   }
-  if (!staging_) {
-    return FailedPrecondition("GradAccumulator: created for 16-bit shards only (no staging block)");
+  if (staging_.empty()) {
+    return FailedPrecondition("GradAccumulator: created for 16-bit shards only (no staging blocks)");
   }
-  const size_t bytes = n * kernels::DTypeSize(type);
-  // Start the device-to-host copy, and bring the accumulator up meanwhile.
-  ZINF_RETURN_IF_ERROR(device_.CopyToHost(stream_, staging_.data, device_grad, bytes));
-  // The first micro-batch overwrites the accumulator: nothing to read from its home.
-  ZINF_ASSIGN_OR_RETURN(Lease lease, tm_.Acquire(grad_shard, Tier::kHost,
-                                                 first ? AcquireMode::kOverwrite
-                                                       : AcquireMode::kRead));
+  return Status::Ok();
+}
+
+Result<Event> GradAccumulator::Submit(const HandOver& h) {
+  Job job;
+  job.h = h;
+  ZINF_RETURN_IF_ERROR(Validate(h, &job.store16));
+  {
+    // A free place in the pipeline (and a staging block for an fp32 shard).
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] {
+      return !error_.ok() || (in_flight_ < options_.depth &&
+                              (job.store16 || !free_staging_.empty()));
+    });
+    if (!error_.ok()) return error_;
+    in_flight_++;
+    if (!job.store16) {
+      job.staging = free_staging_.back();
+      free_staging_.pop_back();
+      job.dst = staging_[job.staging].data;
+    }
+  }
+  auto fail = [&](Status st) -> Status {
+    std::lock_guard lock(mu_);
+    if (job.staging >= 0) free_staging_.push_back(job.staging);
+    in_flight_--;
+    cv_.notify_all();
+    return st;
+  };
+  if (job.store16) {
+    // Nothing to read or to sum: the device's values go straight into the shard's host copy.
+    auto lease = tm_.Acquire(h.shard, Tier::kHost, AcquireMode::kOverwrite);
+    if (!lease.ok()) return fail(lease.status());
+    auto dst = lease->Wait();
+    if (!dst.ok()) {
+      tm_.Release(std::move(*lease), false).IgnoreError();
+      return fail(dst.status());
+    }
+    job.lease = std::move(*lease);
+    job.dst = *dst;
+  }
+  Status st = device_.StreamWaitEvent(stream_, h.produced);
+  if (st.ok()) st = device_.CopyToHost(stream_, job.dst, h.device_grad, kernels::DTypeSize(h.type) * h.n);
+  Result<Event> copied = st.ok() ? device_.Record(stream_) : Result<Event>(st);
+  if (!copied.ok()) {
+    if (job.store16) tm_.Release(std::move(job.lease), false).IgnoreError();
+    return fail(copied.status());
+  }
+  job.copied = *copied;
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  return *copied;
+}
+
+Status GradAccumulator::Process(Job& job, double* sum_squares, bool* finite) {
+  const HandOver& h = job.h;
+  const size_t n = h.n;
+  if (job.store16) {
+    Status st = device_.EventSynchronize(job.copied);
+    if (!st.ok()) {
+      tm_.Release(std::move(job.lease), false).IgnoreError();
+      return st;
+    }
+    auto ok = kernels::AllFinite(job.dst, h.type, n);
+    if (ok.ok()) {
+      *finite = *ok;
+      if (h.sum_squares) {
+        *sum_squares += kernels::cpu::SumSquares16(static_cast<const uint16_t*>(job.dst), h.type, n);
+      }
+    }
+    ZINF_RETURN_IF_ERROR(tm_.Release(std::move(job.lease), ok.ok()));
+    return ok.status();
+  }
+  // fp32 shard: the first micro-batch overwrites it (nothing to read from its home).
+  ZINF_ASSIGN_OR_RETURN(Lease lease, tm_.Acquire(h.shard, Tier::kHost,
+                                                 h.first ? AcquireMode::kOverwrite
+                                                         : AcquireMode::kRead));
   auto acc = lease.Wait();
-  Status copied = device_.StreamSynchronize(stream_);
+  Status copied = device_.EventSynchronize(job.copied);
   if (!acc.ok() || !copied.ok()) {
     tm_.Release(std::move(lease), false).IgnoreError();
     return !acc.ok() ? acc.status() : copied;
   }
   float* a = static_cast<float*>(*acc);
-  if (first) std::memset(a, 0, 4 * n);
-  auto finite = kernels::AccumulateGrad(a, staging_.data, type, n, scale);
-  if (finite.ok() && sum_squares != nullptr) *sum_squares += kernels::cpu::SumSquares(a, n);
-  ZINF_RETURN_IF_ERROR(tm_.Release(std::move(lease), finite.ok()));
-  return finite;
+  if (h.first) std::memset(a, 0, 4 * n);
+  auto ok = kernels::AccumulateGrad(a, job.dst, h.type, n, h.scale);
+  if (ok.ok()) {
+    *finite = *ok;
+    if (h.sum_squares) *sum_squares += kernels::cpu::SumSquares(a, n);
+  }
+  ZINF_RETURN_IF_ERROR(tm_.Release(std::move(lease), ok.ok()));
+  return ok.status();
 }
 
-Result<bool> GradAccumulator::Store16(ShardId grad_shard, const void* device_grad,
-                                       kernels::DType type, size_t n, float scale, bool first,
-                                       double* sum_squares) {
-  if (!first || scale != 1.0f) {
-    return InvalidArgument(fmt::format(
-        "gradient shard {} holds {} values as they come: one micro-batch a step at scale 1 "
-        "(got {} micro-batch, scale {})", tm_.spec(grad_shard).name, kernels::DTypeName(type),
-        first ? "the first" : "a later", scale));
+void GradAccumulator::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping and drained
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    const bool skip = !error_.ok();
+    lock.unlock();
+    double sum = 0;
+    bool finite = true;
+    Status st;
+    if (skip) {
+      // After a failure the rest is dropped (Finish reports the failure), its memory returned.
+      if (job.store16) tm_.Release(std::move(job.lease), false).IgnoreError();
+      device_.EventSynchronize(job.copied).IgnoreError();
+    } else {
+      st = Process(job, &sum, &finite);
+    }
+    lock.lock();
+    if (!st.ok() && error_.ok()) error_ = st;
+    totals_.finite = totals_.finite && finite;
+    totals_.sum_squares += sum;
+    if (job.staging >= 0) free_staging_.push_back(job.staging);
+    in_flight_--;
+    cv_.notify_all();
   }
-  // Nothing to read or to sum: the device's values go straight into the shard's host copy.
-  ZINF_ASSIGN_OR_RETURN(Lease lease, tm_.Acquire(grad_shard, Tier::kHost, AcquireMode::kOverwrite));
-  auto dst = lease.Wait();
-  Status st = dst.status();
-  if (st.ok()) st = device_.CopyToHost(stream_, *dst, device_grad, kernels::DTypeSize(type) * n);
-  if (st.ok()) st = device_.StreamSynchronize(stream_);
-  if (!st.ok()) {
-    tm_.Release(std::move(lease), false).IgnoreError();
-    return st;
-  }
-  auto finite = kernels::AllFinite(*dst, type, n);
-  if (finite.ok() && sum_squares != nullptr) {
-    *sum_squares += kernels::cpu::SumSquares16(static_cast<const uint16_t*>(*dst), type, n);
-  }
-  ZINF_RETURN_IF_ERROR(tm_.Release(std::move(lease), finite.ok()));
-  return finite;
+}
+
+Result<GradAccumulator::Totals> GradAccumulator::WaitIdle() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return in_flight_ == 0; });
+  if (!error_.ok()) return error_;
+  return totals_;
+}
+
+Result<GradAccumulator::Totals> GradAccumulator::Finish() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return in_flight_ == 0; });
+  Totals t = totals_;
+  totals_ = Totals{};
+  if (!error_.ok()) return std::exchange(error_, Status::Ok());
+  return t;
+}
+
+Result<bool> GradAccumulator::Accumulate(ShardId grad_shard, const void* device_grad,
+                                         kernels::DType type, size_t n, float scale, bool first,
+                                         double* sum_squares) {
+  ZINF_RETURN_IF_ERROR(Finish().status());
+  HandOver h{.shard = grad_shard, .device_grad = device_grad, .type = type, .n = n,
+             .scale = scale, .first = first, .sum_squares = sum_squares != nullptr};
+  ZINF_RETURN_IF_ERROR(Submit(h).status());
+  ZINF_ASSIGN_OR_RETURN(Totals t, Finish());
+  if (sum_squares != nullptr) *sum_squares += t.sum_squares;
+  return t.finite;
 }
 
 }  // namespace zinf::offload

@@ -1,29 +1,42 @@
-// offload/grad_accumulator.h — gradients from the device, accumulated in fp32 on the host.
+// offload/grad_accumulator.h — gradients from the device, handed to the host tier without the
+// caller ever waiting on the device.
 //
-// Contract: Accumulate() copies one unit's gradient (fp32, bf16 or fp16) from device memory to a
-// pinned staging block (on its own "grad d2h" stream), acquires the unit's fp32 gradient shard
-// in the host tier through the TierManager, adds scale * gradient into it (zeroing it first on
-// the first micro-batch of a step, acquired for overwrite then: nothing is read from its home)
-// and releases it dirty. The shard is an ordinary shard: when
-// the pinned budget is short, the tier manager writes it to its NVMe home and reads it back for
-// the next micro-batch or the optimizer step ("spilled to NVMe when the host budget says so").
-// It returns whether every accumulated value is finite — for free, in the same pass — so a
-// dynamic loss scaler can skip the step before the optimizer touches any state. With
-// sum_squares set (the last micro-batch of a step), it also adds Σ acc² of the accumulated
-// values to *sum_squares, read while they are still in cache, for the global gradient norm.
+// Contract: Submit() starts one unit's hand-over and returns the event after which the device
+// gradient may be overwritten; Finish() waits for every hand-over submitted so far and returns
+// whether all of them were finite and the Σ g² of those submitted with sum_squares. Between
+// the two the caller computes on: the device-to-host copy runs on the accumulator's own
+// "grad d2h" stream after the event that produced the gradient (a stream wait, never a host
+// wait), and the host side (finiteness, the sum of squares, the fp32 sum) runs on the
+// accumulator's worker thread, in submission order (so sums are bit-identical to doing it
+// inline). At most `depth` hand-overs are in flight; Submit waits (on the worker, not on the
+// device) when that many are.
+// - A shard of 16-bit values (2n bytes, the gradient's own type) is stored, not summed: with one
+//   micro-batch a step (scale 1, the first micro-batch) the fp32 sum would be the 16-bit value
+//   widened exactly, so keeping the 16-bit value is lossless and halves the shard's host memory
+//   and NVMe traffic. Submit acquires the shard's host copy for overwrite (the one wait it may
+//   make: for host memory, when evictions must write dirty copies home) and the copy lands there.
+// - An fp32 shard accumulates: the copy lands in one of `depth` pinned staging blocks; the worker
+//   acquires the shard in the host tier (for overwrite on the first micro-batch of a step:
+//   nothing is read from its home), adds scale * gradient (zeroing it first on the first
+//   micro-batch) and releases it dirty. The shard is an ordinary shard: when the pinned budget
+//   is short, the tier manager writes it to its NVMe home and reads it back for the next
+//   micro-batch or the optimizer step.
+// The finiteness flag comes for free in the same pass, so a dynamic loss scaler can skip the
+// step before the optimizer touches any state. The host gradient leases held at once are at
+// most `depth` (declare them at the tier manager's Seal). An error of any hand-over (I/O, a
+// refused copy) is returned by Finish, and by every Submit after it.
 //
-//
-// A shard of 16-bit values (2n bytes, the gradient's own type) is stored, not summed: with one
-// micro-batch a step (scale 1, the first micro-batch) the fp32 sum would be the 16-bit value
-// widened exactly, so keeping the 16-bit value is lossless and halves the shard's host memory
-// and NVMe traffic. The device's values are copied straight into the shard's host copy
-// (acquired for overwrite), checked for finiteness and squared for the norm in place.
-//
-// Thread-safety: one Accumulate at a time per accumulator (one staging block).
+// Thread-safety: Submit/Finish/Accumulate from one thread at a time (the layer executor's).
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "kernels/cpu/dtype.h"
 #include "offload/pinned_pool.h"
@@ -33,31 +46,85 @@
 
 namespace zinf::offload {
 
+struct GradAccumulatorOptions {
+  size_t max_unit_elems = 0;
+  bool fp32_shards = true;  // false: every shard holds 16-bit values (no staging blocks)
+  unsigned depth = 2;       // hand-overs in flight (and staging blocks for fp32 shards)
+  // Bytes per element of the largest device gradient type submitted (2: bf16/fp16, 4: fp32):
+  // sizes the staging blocks.
+  unsigned device_grad_bytes = 4;
+};
+
+struct HandOver {
+  ShardId shard = 0;
+  const void* device_grad = nullptr;  // device memory: n values of `type`
+  kernels::DType type = kernels::DType::kBf16;
+  size_t n = 0;
+  float scale = 1.0f;
+  bool first = true;        // the step's first micro-batch: the shard is overwritten
+  bool sum_squares = false;  // add this shard's Σ g² (as it holds them) to Finish's total
+  Event produced;           // the gradient is complete on the device after this event
+};
+
 class GradAccumulator {
  public:
-  // Takes a staging block for max_unit_elems fp32 values from the pool, unless fp32_shards is
-  // false (every shard it will see holds 16-bit values: nothing is staged).
   static Result<std::unique_ptr<GradAccumulator>> Create(TierManager& tm, Device& device,
                                                          PinnedPool& pool,
-                                                         size_t max_unit_elems,
-                                                         bool fp32_shards = true);
-  ~GradAccumulator();
+                                                         const GradAccumulatorOptions& options);
+  ~GradAccumulator();  // finishes what was submitted
 
-  // REQUIRES: grad_shard holds 4 * n bytes (fp32), or n values of `type` when that is 16-bit
-  // (then first and scale == 1); device_grad is device memory of n elements.
+  // REQUIRES: the shard holds 4n bytes (fp32), or n values of `type` when that is 16-bit (then
+  // first and scale == 1). Returns the event after which device_grad may be overwritten.
+  Result<Event> Submit(const HandOver& h);
+
+  struct Totals {
+    bool finite = true;
+    double sum_squares = 0;
+  };
+  // Waits for every hand-over submitted so far; the totals since the last Finish (kept).
+  Result<Totals> WaitIdle();
+  // WaitIdle, then starts new totals.
+  Result<Totals> Finish();
+
+  // Submit + Finish, for callers that hand over one gradient at a time.
   Result<bool> Accumulate(ShardId grad_shard, const void* device_grad, kernels::DType type,
                           size_t n, float scale, bool first, double* sum_squares = nullptr);
 
+  unsigned depth() const { return options_.depth; }
+  // Bytes copied from the device so far.
+  uint64_t d2h_bytes() const { return stream_->stats().d2h_bytes; }
+
  private:
-  Result<bool> Store16(ShardId grad_shard, const void* device_grad, kernels::DType type,
-                       size_t n, float scale, bool first, double* sum_squares);
-  GradAccumulator(TierManager& tm, Device& d, PinnedPool& p) : tm_(tm), device_(d), pool_(p) {}
+  struct Job {
+    HandOver h;
+    bool store16 = false;
+    Lease lease;          // store16: the shard's host copy, acquired by Submit
+    void* dst = nullptr;  // where the copy lands (the lease or a staging block)
+    int staging = -1;
+    Event copied;         // the d2h copy is done
+  };
+  GradAccumulator(TierManager& tm, Device& d, PinnedPool& p, const GradAccumulatorOptions& o)
+      : tm_(tm), device_(d), pool_(p), options_(o) {}
+  Status Validate(const HandOver& h, bool* store16) const;
+  void Run();                    // the worker
+  Status Process(Job& job, double* sum_squares, bool* finite);
+
   TierManager& tm_;
   Device& device_;
   PinnedPool& pool_;
+  GradAccumulatorOptions options_;
   Stream* stream_ = nullptr;
-  PinnedBlock staging_;
-  size_t max_elems_ = 0;
+  std::vector<PinnedBlock> staging_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;            // GUARDED_BY(mu_): submitted, not yet processed
+  unsigned in_flight_ = 0;           // GUARDED_BY(mu_): submitted, not yet done
+  std::vector<int> free_staging_;    // GUARDED_BY(mu_)
+  Totals totals_;                    // GUARDED_BY(mu_)
+  Status error_;                     // GUARDED_BY(mu_): the first failure
+  bool stopping_ = false;            // GUARDED_BY(mu_)
+  std::thread worker_;
 };
 
 }  // namespace zinf::offload

@@ -53,7 +53,7 @@ Result<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::Create(
 }
 
 OptimizerPipeline::~OptimizerPipeline() {
-  for (auto& s : slabs_) pool_.Free(s);
+  for (auto& s : slabs_) pool_.Free(s).IgnoreError();
 }
 
 namespace {

@@ -62,7 +62,7 @@ Result<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions& 
     }
     pool->locked_ = true;
   }
-  pool->free_.emplace(0, bytes);
+  pool->arena_ = std::make_unique<Arena>("pinned pool", p, bytes, align);
   return pool;
 }
 
@@ -78,67 +78,19 @@ Status PinnedPool::RegisterWith(io::Engine& engine) {
 }
 
 Result<PinnedBlock> PinnedPool::Allocate(uint64_t bytes) {
-  if (bytes == 0) return InvalidArgument("pinned pool: allocation of 0 bytes");
-  const uint64_t need = (bytes + alignment_ - 1) / alignment_ * alignment_;
-  std::lock_guard lock(mu_);
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < need) continue;
-    uint64_t off = it->first;
-    uint64_t left = it->second - need;
-    free_.erase(it);
-    if (left > 0) free_.emplace(off + need, left);
-    used_.emplace(off, need);
-    in_use_ += need;
-    peak_ = std::max(peak_, in_use_);
-    return PinnedBlock{base_ + off, bytes};
-  }
-  uint64_t largest = 0;
-  for (auto& [o, b] : free_) largest = std::max(largest, b);
-  return ResourceExhausted(fmt::format(
-      "pinned pool: no free block of {} bytes (budget {}, in use {}, largest free {})", need,
-      budget_, in_use_, largest));
+  auto p = arena_->Allocate(bytes);
+  if (!p.ok()) return p.status();
+  return PinnedBlock{static_cast<uint8_t*>(*p), bytes};
 }
 
-void PinnedPool::Free(PinnedBlock block) {
-  if (!block) return;
-  std::lock_guard lock(mu_);
-  uint64_t off = static_cast<uint64_t>(block.data - base_);
-  auto u = used_.find(off);
-  if (u == used_.end()) return;  // not ours or freed twice: ignore rather than corrupt
-  uint64_t bytes = u->second;
-  used_.erase(u);
-  in_use_ -= bytes;
-  auto [it, ok] = free_.emplace(off, bytes);
-  // Coalesce with the next and the previous free block.
-  auto next = std::next(it);
-  if (next != free_.end() && it->first + it->second == next->first) {
-    it->second += next->second;
-    free_.erase(next);
-  }
-  if (it != free_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second == it->first) {
-      prev->second += it->second;
-      free_.erase(it);
-    }
-  }
+PinnedBlock PinnedPool::AllocateRest() {
+  auto [p, bytes] = arena_->AllocateRest();
+  return PinnedBlock{static_cast<uint8_t*>(p), bytes};
 }
 
-uint64_t PinnedPool::bytes_in_use() const {
-  std::lock_guard lock(mu_);
-  return in_use_;
-}
-
-uint64_t PinnedPool::peak_bytes() const {
-  std::lock_guard lock(mu_);
-  return peak_;
-}
-
-uint64_t PinnedPool::largest_free_block() const {
-  std::lock_guard lock(mu_);
-  uint64_t largest = 0;
-  for (auto& [o, b] : free_) largest = std::max(largest, b);
-  return largest;
+Status PinnedPool::Free(PinnedBlock block) {
+  if (!block) return Status::Ok();
+  return arena_->Free(block.data);
 }
 
 }  // namespace zinf::offload

@@ -4,19 +4,22 @@
 // kernel's DMA (O_DIRECT, io_uring fixed buffers, later cudaHostRegister) never waits on a page
 // fault. Before mapping it checks RLIMIT_MEMLOCK (unless the process may lock without limit)
 // and MemAvailable, and refuses with a message that says what to change. Allocate() hands out
-// blocks aligned to `alignment` from the arena (first fit, freed blocks coalesce); it never
-// grows the arena: when no block fits it returns ResourceExhausted with the numbers, and the
-// caller evicts or waits. bytes_in_use() never exceeds budget_bytes().
+// blocks aligned to `alignment` from the arena (first fit, freed blocks coalesce:
+// src/base/arena.h); it never grows the arena: when no block fits it returns ResourceExhausted
+// with the numbers. Blocks taken at start (the optimizer's slabs, shards homed here) are
+// allocated first; the tier manager then takes the rest whole (AllocateRest) and carves it into
+// fixed-size slots, so that nothing fragments mid-run. Free of a block the pool did not hand
+// out, or freed twice, is refused loudly (an error status, logged). bytes_in_use() never
+// exceeds budget_bytes().
 //
 // Thread-safety: Allocate/Free/stats may be called from any thread.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 
 #include "io/engine.h"
+#include "src/base/arena.h"
 #include "zinf/status.h"
 
 namespace zinf::offload {
@@ -44,14 +47,17 @@ class PinnedPool {
   Status RegisterWith(io::Engine& engine);
 
   Result<PinnedBlock> Allocate(uint64_t bytes);
-  void Free(PinnedBlock block);
+  // The largest free block, whole ({} when nothing is free).
+  PinnedBlock AllocateRest();
+  Status Free(PinnedBlock block);  // a null block: OK
 
   uint64_t budget_bytes() const { return budget_; }
-  uint64_t bytes_in_use() const;
-  uint64_t peak_bytes() const;
-  uint64_t largest_free_block() const;
+  uint64_t bytes_in_use() const { return arena_->bytes_in_use(); }
+  uint64_t peak_bytes() const { return arena_->peak_bytes(); }
+  uint64_t largest_free_block() const { return arena_->largest_free_block(); }
   // The pool memory an Allocate(bytes) takes (bytes rounded up to the pool's alignment).
-  uint64_t BlockBytes(uint64_t bytes) const { return (bytes + alignment_ - 1) / alignment_ * alignment_; }
+  uint64_t BlockBytes(uint64_t bytes) const { return arena_->BlockBytes(bytes); }
+  uint64_t alignment() const { return alignment_; }
   uint8_t* base() const { return base_; }
 
  private:
@@ -60,11 +66,7 @@ class PinnedPool {
   uint64_t budget_ = 0;
   uint32_t alignment_ = 4096;
   bool locked_ = false;
-  mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_;  // offset -> bytes, coalesced
-  std::map<uint64_t, uint64_t> used_;  // offset -> bytes
-  uint64_t in_use_ = 0;
-  uint64_t peak_ = 0;
+  std::unique_ptr<Arena> arena_;
 };
 
 }  // namespace zinf::offload

@@ -191,7 +191,9 @@ int RunBenchSwap(const CLI::App& cmd, BenchSwapArgs a) {
   auto device_r = MakeHostDevice({.kind = DeviceKind::kHost, .budget_bytes = dev_budget,
                                   .copy_gbps = a.h2d_gbps});
   if (!device_r.ok()) return fail(device_r.status(), 1);
-  auto tm_r = offload::TierManager::Create(**device_r, pool, &space, {.tracer = &tracer});
+  auto arena_r = DeviceArena::Create(**device_r);
+  if (!arena_r.ok()) return fail(arena_r.status(), 1);
+  auto tm_r = offload::TierManager::Create(**arena_r, pool, &space, {.tracer = &tracer});
   if (!tm_r.ok()) return fail(tm_r.status(), 1);
   offload::TierManager& tm = **tm_r;
   std::vector<offload::ShardId> p16(a.units);
@@ -293,7 +295,7 @@ int RunBenchSwap(const CLI::App& cmd, BenchSwapArgs a) {
       {"units", a.units},
       {"state_bytes", state_bytes},
       {"pinned_budget_bytes", pool.budget_bytes()},
-      {"peak_pinned_bytes", pool.peak_bytes()},
+      {"peak_pinned_bytes", ts.peak_host_bytes},
       {"pipeline_depth", a.depth},
       {"steps", a.steps},
       {"step_seconds", step},

@@ -170,7 +170,7 @@ Status AttentionForward(float* out, float* att, float* scratch, const float* qkv
   ZINF_RETURN_IF_ERROR(LaunchStatus(kOp));
   CublasHandle::Impl& impl = cublas.impl();
   std::lock_guard<std::mutex> lock(impl.mutex);
-  ZINF_RETURN_IF_ERROR(CublasCheck(cublasSetStream(impl.handle, s), kOp, "cublasSetStream"));
+  ZINF_RETURN_IF_ERROR(BindStream(impl, s, kOp));
   // att = q·kᵀ (unscaled; the softmax applies the scale)
   ZINF_RETURN_IF_ERROR(Gemm(impl, kOp, true, false, d.T, d.T, d.hs, k, d.hs, head, q, d.hs, head,
                             0.0f, att, d.T, square, heads));
@@ -213,7 +213,7 @@ Status AttentionBackward(float* dqkv, float* scratch, const float* dout, const f
   ZINF_RETURN_IF_ERROR(LaunchStatus(kOp));
   CublasHandle::Impl& impl = cublas.impl();
   std::lock_guard<std::mutex> lock(impl.mutex);
-  ZINF_RETURN_IF_ERROR(CublasCheck(cublasSetStream(impl.handle, s), kOp, "cublasSetStream"));
+  ZINF_RETURN_IF_ERROR(BindStream(impl, s, kOp));
   // datt = dvacc·vᵀ
   ZINF_RETURN_IF_ERROR(Gemm(impl, kOp, true, false, d.T, d.T, d.hs, v, d.hs, head, dvacc, d.hs,
                             head, 0.0f, datt, d.T, square, heads));

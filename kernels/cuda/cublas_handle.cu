@@ -51,9 +51,13 @@ CublasHandle::~CublasHandle() {
   if (impl_ && impl_->handle != nullptr) cublasDestroy(impl_->handle);
 }
 
-Result<std::unique_ptr<CublasHandle>> CublasHandle::Create(GemmPrecision precision) {
+Result<std::unique_ptr<CublasHandle>> CublasHandle::Create(GemmPrecision precision,
+                                                          void* workspace,
+                                                          size_t workspace_bytes) {
   auto impl = std::make_unique<Impl>();
   impl->precision = precision;
+  impl->workspace = workspace;
+  impl->workspace_bytes = workspace_bytes;
   cublasStatus_t st = cublasCreate(&impl->handle);
   if (st != CUBLAS_STATUS_SUCCESS) {
     cudaGetLastError();  // cublasCreate may leave a runtime error behind (no device)

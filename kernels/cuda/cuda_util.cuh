@@ -26,6 +26,8 @@ namespace zinf::kernels::cuda {
 struct CublasHandle::Impl {
   cublasHandle_t handle = nullptr;
   GemmPrecision precision = GemmPrecision::kBf16;
+  void* workspace = nullptr;  // the caller's device memory for cuBLAS, or null
+  size_t workspace_bytes = 0;
   std::mutex mutex;  // cublasSetStream + the GEMM calls of one op happen under it
 };
 
@@ -62,6 +64,15 @@ inline Status CublasCheck(cublasStatus_t status, const char* op, const char* cal
 }
 
 cublasComputeType_t ComputeTypeOf(GemmPrecision precision);
+
+// Binds the handle to `stream` for the GEMMs that follow, and its workspace again: cublasSetStream
+// resets the workspace to cuBLAS's own pool. The caller holds impl.mutex.
+inline Status BindStream(CublasHandle::Impl& impl, cudaStream_t stream, const char* op) {
+  ZINF_RETURN_IF_ERROR(CublasCheck(cublasSetStream(impl.handle, stream), op, "cublasSetStream"));
+  if (impl.workspace == nullptr) return Status::Ok();
+  return CublasCheck(cublasSetWorkspace(impl.handle, impl.workspace, impl.workspace_bytes), op,
+                     "cublasSetWorkspace");
+}
 
 // One column-major GEMM C = alpha·op(A)·op(B) + beta·C on fp32 buffers (cublasGemmEx), or a
 // strided batch of them when batch > 1. The caller holds impl.mutex and has set the stream.

@@ -50,15 +50,23 @@ enum class GemmPrecision {
 };
 const char* GemmPrecisionName(GemmPrecision precision);  // "bf16", "tf32", "fp32"
 
+// What cuBLAS asks for on Hopper (its documentation: 32 MiB; 4 MiB on older GPUs): the workspace
+// zinf hands it from the device arena, so cuBLAS allocates none of its own.
+inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
 // Owns a cuBLAS handle on the current device (the one current when Create ran; calls must be
 // made with that device current). Opaque so that this header stays free of CUDA types.
+// With a workspace (device memory the caller owns, e.g. a block of the device arena) every GEMM
+// uses it (set again after each cublasSetStream, which resets it); without one cuBLAS uses its
+// own pool, allocated outside zinf's budget.
 class CublasHandle {
  public:
   struct Impl;  // defined in kernels/cuda/cuda_util.cuh
 
   // Fails (Unavailable/Internal, naming cublasCreate) when no GPU answers.
   static Result<std::unique_ptr<CublasHandle>> Create(
-      GemmPrecision precision = GemmPrecision::kBf16);
+      GemmPrecision precision = GemmPrecision::kBf16, void* workspace = nullptr,
+      size_t workspace_bytes = 0);
   ~CublasHandle();
   CublasHandle(const CublasHandle&) = delete;
   CublasHandle& operator=(const CublasHandle&) = delete;

@@ -72,7 +72,7 @@ Status MatmulForward(float* out, const float* inp, const float* weight, const fl
   if (C == 0) return Status::Ok();
   CublasHandle::Impl& impl = cublas.impl();
   std::lock_guard<std::mutex> lock(impl.mutex);
-  ZINF_RETURN_IF_ERROR(CublasCheck(cublasSetStream(impl.handle, s), kOp, "cublasSetStream"));
+  ZINF_RETURN_IF_ERROR(BindStream(impl, s, kOp));
   ZINF_RETURN_IF_ERROR(Gemm(impl, kOp, /*trans_a=*/true, /*trans_b=*/false, OC, N, C, weight, C,
                             0, inp, C, 0, bias != nullptr ? 1.0f : 0.0f, out, OC, 0, 1));
   return LaunchStatus(kOp);
@@ -88,7 +88,7 @@ Status MatmulBackward(float* dinp, float* dweight, float* dbias, const float* do
   if (C > 0) {
     CublasHandle::Impl& impl = cublas.impl();
     std::lock_guard<std::mutex> lock(impl.mutex);
-    ZINF_RETURN_IF_ERROR(CublasCheck(cublasSetStream(impl.handle, s), kOp, "cublasSetStream"));
+    ZINF_RETURN_IF_ERROR(BindStream(impl, s, kOp));
     if (dinp != nullptr) {
       ZINF_RETURN_IF_ERROR(Gemm(impl, kOp, false, false, C, N, OC, weight, C, 0, dout, OC, 0,
                                 1.0f, dinp, C, 0, 1));

@@ -135,6 +135,8 @@ Status RunGuarded(const std::function<Status()>& fn) {
 
 void CUDART_CB RunHostCall(void* data) {
   std::unique_ptr<HostCall> call(static_cast<HostCall*>(data));
+  // CUDA forbids CUDA calls from here: every Device method refuses under this scope.
+  StreamCallbackScope scope(call->stream);
   if (!call->stream->Sticky().ok()) return;  // skip work after a failure
   Status status = RunGuarded(call->fn);
   if (!status.ok()) call->stream->Fail(status.WithContext("Launch"), call->position);
@@ -186,11 +188,20 @@ class CudaDevice final : public Device {
   CudaDevice(const DeviceOptions& options, std::string description)
       : Device(DeviceKind::kCuda, options), description_(std::move(description)) {}
 
-  // The current device is per thread, and callers come from any thread.
+  // The current device is per thread, and callers come from any thread (the executor, the I/O
+  // reaper completing a load, the optimizer thread): every call that enqueues or waits binds
+  // the calling thread to this device's ordinal first. cudaGetDevice reads the runtime's
+  // per-thread state (no driver call), so an already bound thread pays almost nothing.
   Status Bind() const {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current == options().cuda_ordinal) {
+      return Status::Ok();
+    }
     return CudaStatus(cudaSetDevice(options().cuda_ordinal),
                       "cudaSetDevice " + std::to_string(options().cuda_ordinal));
   }
+
+  Status DoBindCurrentThread() override { return Bind(); }
 
   Result<void*> DoAllocate(uint64_t bytes) override {
     ZINF_RETURN_IF_ERROR(Bind());
@@ -248,6 +259,7 @@ class CudaDevice final : public Device {
                 uint64_t bytes) override {
     auto* cs = static_cast<CudaStream*>(stream);
     ZINF_RETURN_IF_ERROR(cs->Sticky());
+    ZINF_RETURN_IF_ERROR(Bind());
     cudaMemcpyKind cuda_kind = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
                                : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
                                                                  : cudaMemcpyDeviceToDevice;
@@ -266,6 +278,7 @@ class CudaDevice final : public Device {
 
   // Enqueues fn as a host function; the caller accounts it.
   Status EnqueueHostCall(CudaStream* cs, std::function<Status()> fn) {
+    ZINF_RETURN_IF_ERROR(Bind());
     std::lock_guard<std::mutex> lock(cs->enqueue_mu());
     auto call = std::make_unique<HostCall>(HostCall{cs, std::move(fn), 0});
     call->position = cs->NextPositionLocked();
@@ -291,6 +304,7 @@ class CudaDevice final : public Device {
     ZINF_RETURN_IF_ERROR(Bind());
     auto state = std::make_shared<CudaEventState>();
     state->owner = this;
+    state->EventState::stream = stream;
     state->stream = cs;
     ZINF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&state->event, cudaEventDisableTiming),
                               "cudaEventCreateWithFlags on stream '" + cs->name() + "'");
@@ -307,6 +321,7 @@ class CudaDevice final : public Device {
     CudaStream* source = state->stream;
     if (source == waiter) return Status::Ok();  // stream order already covers it
     ZINF_RETURN_IF_ERROR(waiter->Sticky());
+    ZINF_RETURN_IF_ERROR(Bind());
     ZINF_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(waiter->stream(), state->event, 0),
                               "cudaStreamWaitEvent: stream '" + waiter->name() +
                                   "' on an event of stream '" + source->name() + "'");
@@ -322,6 +337,7 @@ class CudaDevice final : public Device {
 
   Result<bool> DoEventQuery(const Event& event) override {
     const auto* state = static_cast<const CudaEventState*>(event.state());
+    ZINF_RETURN_IF_ERROR(Bind());
     cudaError_t err = cudaEventQuery(state->event);
     if (err == cudaSuccess) return true;
     if (err == cudaErrorNotReady) return false;
@@ -330,6 +346,7 @@ class CudaDevice final : public Device {
 
   Status DoEventSynchronize(const Event& event) override {
     const auto* state = static_cast<const CudaEventState*>(event.state());
+    ZINF_RETURN_IF_ERROR(Bind());
     ZINF_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(state->event),
                               "cudaEventSynchronize on stream '" + state->stream->name() + "'");
     return state->stream->ErrorAt(state->position);
@@ -337,6 +354,7 @@ class CudaDevice final : public Device {
 
   Status DoStreamSynchronize(Stream* stream) override {
     auto* cs = static_cast<CudaStream*>(stream);
+    ZINF_RETURN_IF_ERROR(Bind());
     ZINF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cs->stream()),
                               "cudaStreamSynchronize on stream '" + cs->name() + "'");
     return cs->Sticky();

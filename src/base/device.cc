@@ -140,6 +140,8 @@ void Device::ShutDown() {
 }
 
 Result<void*> Device::Allocate(uint64_t bytes) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("device Allocate"));
+  ZINF_RETURN_IF_ERROR(DoMemoryCallSync("device Allocate"));
   if (bytes == 0) return InvalidArgument("device Allocate: 0 bytes requested");
   uint64_t accounted = RoundUp(bytes, kDeviceAlignment);
   Status admitted = device_memory_.Reserve(accounted);
@@ -161,7 +163,11 @@ Result<void*> Device::Allocate(uint64_t bytes) {
 }
 
 Status Device::Free(void* ptr) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("device Free"));
   if (ptr == nullptr) return Status::Ok();
+  ZINF_ASSIGN_OR_RETURN(uint64_t length, device_memory_.Length(ptr));
+  ZINF_RETURN_IF_ERROR(DoCheckIdle(ptr, length, "device Free"));
+  ZINF_RETURN_IF_ERROR(DoMemoryCallSync("device Free"));
   ZINF_ASSIGN_OR_RETURN(uint64_t accounted, device_memory_.Erase(ptr));
   (void)accounted;
   return DoFree(ptr);
@@ -172,6 +178,7 @@ bool Device::IsDeviceMemory(const void* ptr, uint64_t bytes) const {
 }
 
 Result<void*> Device::AllocatePinned(uint64_t bytes) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("AllocatePinned"));
   if (bytes == 0) return InvalidArgument("AllocatePinned: 0 bytes requested");
   uint64_t accounted = RoundUp(bytes, kPinnedAlignment);
   ZINF_RETURN_IF_ERROR(pinned_allocations_.Reserve(accounted));
@@ -189,13 +196,17 @@ Result<void*> Device::AllocatePinned(uint64_t bytes) {
 }
 
 Status Device::FreePinned(void* ptr) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("FreePinned"));
   if (ptr == nullptr) return Status::Ok();
+  ZINF_ASSIGN_OR_RETURN(uint64_t length, pinned_allocations_.Length(ptr));
+  ZINF_RETURN_IF_ERROR(DoCheckIdle(ptr, length, "FreePinned"));
   ZINF_ASSIGN_OR_RETURN(uint64_t accounted, pinned_allocations_.Erase(ptr));
   (void)accounted;
   return DoFreePinned(ptr);
 }
 
 Status Device::RegisterHost(void* ptr, uint64_t bytes) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("RegisterHost"));
   if (ptr == nullptr || bytes == 0) {
     return InvalidArgument(fmt::format("RegisterHost: empty range {} + {} bytes", ptr, bytes));
   }
@@ -219,9 +230,16 @@ Status Device::RegisterHost(void* ptr, uint64_t bytes) {
 }
 
 Status Device::UnregisterHost(void* ptr) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("UnregisterHost"));
+  ZINF_ASSIGN_OR_RETURN(uint64_t length, registered_host_.Length(ptr));
+  ZINF_RETURN_IF_ERROR(DoCheckIdle(ptr, length, "UnregisterHost"));
   ZINF_ASSIGN_OR_RETURN(uint64_t bytes, registered_host_.Erase(ptr));
   (void)bytes;
   return DoUnregisterHost(ptr);
+}
+
+Status Device::CheckIdle(const void* ptr, uint64_t bytes, std::string_view what) const {
+  return DoCheckIdle(ptr, bytes, what);
 }
 
 bool Device::IsPinned(const void* ptr, uint64_t bytes) const {
@@ -232,7 +250,13 @@ uint64_t Device::pinned_bytes() const {
   return pinned_allocations_.in_use_bytes() + registered_host_.in_use_bytes();
 }
 
+Status Device::BindCurrentThread() {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("BindCurrentThread"));
+  return DoBindCurrentThread();
+}
+
 Result<Stream*> Device::CreateStream(std::string name) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("CreateStream"));
   std::lock_guard<std::mutex> lock(streams_mu_);
   if (shut_down_) return FailedPrecondition("CreateStream: the device is shutting down");
   int index = static_cast<int>(streams_.size());
@@ -293,24 +317,28 @@ Status Device::CheckCopy(Stream* stream, CopyKind kind, const void* dst, const v
 }
 
 Status Device::CopyToDevice(Stream* stream, void* dst, const void* src, uint64_t bytes) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("CopyToDevice"));
   if (bytes == 0) return CheckStream(stream, "CopyToDevice");
   ZINF_RETURN_IF_ERROR(CheckCopy(stream, CopyKind::kHostToDevice, dst, src, bytes));
   return DoCopy(stream, CopyKind::kHostToDevice, dst, src, bytes);
 }
 
 Status Device::CopyToHost(Stream* stream, void* dst, const void* src, uint64_t bytes) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("CopyToHost"));
   if (bytes == 0) return CheckStream(stream, "CopyToHost");
   ZINF_RETURN_IF_ERROR(CheckCopy(stream, CopyKind::kDeviceToHost, dst, src, bytes));
   return DoCopy(stream, CopyKind::kDeviceToHost, dst, src, bytes);
 }
 
 Status Device::CopyOnDevice(Stream* stream, void* dst, const void* src, uint64_t bytes) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("CopyOnDevice"));
   if (bytes == 0) return CheckStream(stream, "CopyOnDevice");
   ZINF_RETURN_IF_ERROR(CheckCopy(stream, CopyKind::kDeviceToDevice, dst, src, bytes));
   return DoCopy(stream, CopyKind::kDeviceToDevice, dst, src, bytes);
 }
 
 Status Device::Launch(Stream* stream, std::function<Status()> fn, double flops) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("Launch"));
   ZINF_RETURN_IF_ERROR(CheckStream(stream, "Launch"));
   if (!fn) return InvalidArgument(fmt::format("Launch on stream '{}': empty function",
                                               stream->name()));
@@ -322,11 +350,13 @@ Status Device::Launch(Stream* stream, std::function<Status()> fn, double flops) 
 }
 
 Result<Event> Device::Record(Stream* stream) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("Record"));
   ZINF_RETURN_IF_ERROR(CheckStream(stream, "Record"));
   return DoRecord(stream);
 }
 
 Status Device::StreamWaitEvent(Stream* stream, const Event& event) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("StreamWaitEvent"));
   ZINF_RETURN_IF_ERROR(CheckStream(stream, "StreamWaitEvent"));
   ZINF_RETURN_IF_ERROR(CheckEvent(event, "StreamWaitEvent"));
   if (!event.recorded()) return Status::Ok();
@@ -334,23 +364,27 @@ Status Device::StreamWaitEvent(Stream* stream, const Event& event) {
 }
 
 Result<bool> Device::EventQuery(const Event& event) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("EventQuery"));
   ZINF_RETURN_IF_ERROR(CheckEvent(event, "EventQuery"));
   if (!event.recorded()) return true;
   return DoEventQuery(event);
 }
 
 Status Device::EventSynchronize(const Event& event) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("EventSynchronize"));
   ZINF_RETURN_IF_ERROR(CheckEvent(event, "EventSynchronize"));
   if (!event.recorded()) return Status::Ok();
   return DoEventSynchronize(event);
 }
 
 Status Device::StreamSynchronize(Stream* stream) {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("StreamSynchronize"));
   ZINF_RETURN_IF_ERROR(CheckStream(stream, "StreamSynchronize"));
   return DoStreamSynchronize(stream);
 }
 
 Status Device::Synchronize() {
+  ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("Synchronize"));
   Status first;
   for (Stream* s : streams()) {
     Status st = DoStreamSynchronize(s);

@@ -43,12 +43,25 @@
 //   HostDevice also the wall seconds spent copying, computing and waiting on events (CudaDevice
 //   leaves the seconds at 0: timing needs events with timing enabled, which the tracer will add).
 //
+// - CUDA's rules, enforced on both devices (src/base/device_rules.h says how a violation is
+//   reported: an abort in debug builds and tests, FailedPrecondition in release):
+//   * no call into a device from a stream's own work (a Launch fn, a completion callback:
+//     cudaLaunchHostFunc forbids CUDA calls there);
+//   * Free/FreePinned/UnregisterHost of memory that an enqueued, unfinished copy still uses is
+//     refused (HostDevice tracks every copy's ranges; CheckIdle lets an arena ask the same of a
+//     sub-allocation);
+//   * Allocate and Free synchronize the whole device, as cudaMalloc/cudaFree can: on HostDevice
+//     they wait for all work enqueued on every stream before the call, so a lock held across
+//     them that a stream's callback needs is the deadlock it would be on a GPU; a wait longer
+//     than DeviceOptions::host_sync_timeout_seconds is reported as that deadlock, naming the
+//     stream and the work it is stuck in. Allocate device memory once (an arena) and
+//     sub-allocate.
+//
 // Thread-safety: every Device method may be called from any thread at once. Streams and events
 // belong to their device: Stream* stays valid until the device is destroyed (streams are never
 // destroyed earlier); Events may be copied freely but must not be used after their device is
 // destroyed. REQUIRES for destruction: no other thread is calling into the device; pending work
-// is drained first. REQUIRES for Free/FreePinned/UnregisterHost: no enqueued work still uses the
-// memory (synchronize first), as with CUDA. A Launch fn must not call methods of its own device.
+// is drained first.
 //
 // This header is compiled by nvcc too (C++17) and includes no CUDA header, so CPU-only code can
 // use the seam: keep it free of C++20 and of CUDA types.
@@ -62,6 +75,7 @@
 #include <string_view>
 #include <vector>
 
+#include "src/base/device_rules.h"
 #include "src/base/range_ledger.h"
 #include "zinf/status.h"
 
@@ -92,6 +106,9 @@ struct DeviceOptions {
   double copy_gbps = 0;      // per direction, shared by all streams (full duplex);
                              // 0 = memcpy speed. Device-to-device copies are never paced.
   double compute_flops = 0;  // FLOP/s shared by all streams; 0 = as fast as fn runs
+  // How long HostDevice's Allocate/Free wait for the device-wide synchronization before it is
+  // reported as a deadlock (device_rules.h).
+  double host_sync_timeout_seconds = 60;
 };
 
 // Rejects a zero budget, negative or non-finite rates, a negative ordinal.
@@ -144,6 +161,7 @@ class Stream {
 struct EventState {
   virtual ~EventState();
   const Device* owner = nullptr;
+  const Stream* stream = nullptr;  // the stream it was recorded on
 };
 
 // A handle on a point in a stream. Cheap to copy; all copies name the same point.
@@ -153,6 +171,8 @@ class Event {
   explicit Event(std::shared_ptr<EventState> state) : state_(std::move(state)) {}
   bool recorded() const { return state_ != nullptr; }
   EventState* state() const { return state_.get(); }
+  // The stream it was recorded on (nullptr when never recorded).
+  const Stream* stream() const { return state_ ? state_->stream : nullptr; }
 
  private:
   std::shared_ptr<EventState> state_;
@@ -177,6 +197,10 @@ class Device {
   uint64_t peak_bytes() const { return device_memory_.peak_bytes(); }
   void ResetPeak() { device_memory_.ResetPeak(); }
   bool IsDeviceMemory(const void* ptr, uint64_t bytes) const;
+  // OK when no enqueued, unfinished copy uses [ptr, ptr + bytes) (device or host memory); else
+  // the violation (device_rules.h) naming `what`, the stream and the copy. CudaDevice cannot
+  // tell and answers OK. For arenas that hand a sub-allocation back.
+  Status CheckIdle(const void* ptr, uint64_t bytes, std::string_view what) const;
 
   // Pinned host memory.
   Result<void*> AllocatePinned(uint64_t bytes);
@@ -185,6 +209,11 @@ class Device {
   Status UnregisterHost(void* ptr);
   bool IsPinned(const void* ptr, uint64_t bytes) const;
   uint64_t pinned_bytes() const;  // allocated plus registered
+
+  // Makes the calling thread's work go to this device (CudaDevice: cudaSetDevice to its ordinal
+  // unless already bound; HostDevice: nothing). Every enqueuing method binds by itself; code
+  // that launches its own kernels on a stream's native handle (the CUDA backend) calls this.
+  Status BindCurrentThread();
 
   // Streams and work.
   Result<Stream*> CreateStream(std::string name);
@@ -222,6 +251,14 @@ class Device {
   virtual Result<bool> DoEventQuery(const Event& event) = 0;                 // recorded event
   virtual Status DoEventSynchronize(const Event& event) = 0;                 // recorded event
   virtual Status DoStreamSynchronize(Stream* stream) = 0;
+  virtual Status DoBindCurrentThread() { return Status::Ok(); }
+  // Called by Allocate and Free before they change anything: HostDevice waits here for every
+  // stream (the device-wide synchronization of cudaMalloc/cudaFree).
+  virtual Status DoMemoryCallSync(std::string_view op) { return Status::Ok(); }
+  // See CheckIdle; the default cannot tell and answers OK.
+  virtual Status DoCheckIdle(const void* ptr, uint64_t bytes, std::string_view what) const {
+    return Status::Ok();
+  }
 
   // For derived destructors, after their streams are drained and before their own members go:
   // destroys the streams, then frees whatever callers leaked (with one warning that names the

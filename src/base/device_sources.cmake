@@ -5,6 +5,9 @@ target_sources(zinf_base PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/device.cc
   ${CMAKE_CURRENT_LIST_DIR}/host_device.cc
   ${CMAKE_CURRENT_LIST_DIR}/range_ledger.cc
+  ${CMAKE_CURRENT_LIST_DIR}/device_rules.cc
+  ${CMAKE_CURRENT_LIST_DIR}/device_arena.cc
+  ${CMAKE_CURRENT_LIST_DIR}/arena.cc
 )
 if(ZINF_HAVE_CUDA)
   target_sources(zinf_base PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_device.cu)

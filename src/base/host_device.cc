@@ -10,6 +10,7 @@
 #include <limits>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -57,7 +58,8 @@ class HostDevice::PacedResource {
 // enqueued; an event at position p completes when `completed_ >= p`.
 class HostDevice::HostStream final : public Stream {
  public:
-  using Task = std::function<Status()>;
+  // skip: the stream failed earlier; the task must not do its work, only release what it holds.
+  using Task = std::function<Status(bool skip)>;
   using Stream::AddStats;  // tasks account their own work
 
   HostStream(const Device* owner, std::string name, int index)
@@ -72,12 +74,14 @@ class HostDevice::HostStream final : public Stream {
     worker_.join();  // the worker drains the queue first
   }
 
-  // Queues a task; refuses with the sticky error once the stream has failed.
-  Status Enqueue(Task task) {
+  // Queues a task; refuses with the sticky error once the stream has failed. `what` names the
+  // work in deadlock reports ("copy h2d 4096 bytes", "Launch"): a string literal or a string
+  // that outlives the task.
+  Status Enqueue(Task task, std::string what) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_.ok()) return error_;
-      queue_.push_back(std::move(task));
+      queue_.push_back({std::move(task), std::move(what)});
       ++enqueued_;
     }
     work_cv_.notify_one();
@@ -100,6 +104,15 @@ class HostDevice::HostStream final : public Stream {
     done_cv_.wait(lock, [&] { return completed_ >= position; });
   }
 
+  // As WaitFor, until `deadline`: false (and what the stream is running) when it passed.
+  bool WaitUntil(uint64_t position, Clock::time_point deadline, std::string* running) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (done_cv_.wait_until(lock, deadline, [&] { return completed_ >= position; })) return true;
+    *running = fmt::format("task {} of {} ({}), running for {:.1f} s", completed_ + 1, enqueued_,
+                           running_, SecondsSince(running_since_));
+    return false;
+  }
+
   // The sticky error if the failing task is at or before `position`, else OK.
   Status ErrorAt(uint64_t position) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -116,18 +129,23 @@ class HostDevice::HostStream final : public Stream {
 
  private:
   void Run() {
+    // Everything this thread runs is the stream's own work: no device calls from here.
+    StreamCallbackScope scope(this);
     for (;;) {
-      Task task;
+      Queued item;
       bool skip;
       {
         std::unique_lock<std::mutex> lock(mu_);
         work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping and drained
-        task = std::move(queue_.front());
+        item = std::move(queue_.front());
         queue_.pop_front();
         skip = !error_.ok();
+        running_ = std::move(item.what);
+        running_since_ = Clock::now();
       }
-      Status status = skip ? Status::Ok() : RunGuarded(task);
+      // A skipped task still runs with skip set (the task releases what it holds).
+      Status status = RunGuarded(item.task, skip);
       {
         std::lock_guard<std::mutex> lock(mu_);
         ++completed_;
@@ -140,9 +158,9 @@ class HostDevice::HostStream final : public Stream {
     }
   }
 
-  static Status RunGuarded(const Task& task) {
+  static Status RunGuarded(const Task& task, bool skip) {
     try {
-      return task();
+      return task(skip);
     } catch (const std::exception& e) {
       return Internal(fmt::format("task threw: {}", e.what()));
     } catch (...) {
@@ -153,7 +171,13 @@ class HostDevice::HostStream final : public Stream {
   std::mutex mu_;
   std::condition_variable work_cv_;  // the worker waits for tasks
   std::condition_variable done_cv_;  // synchronizers wait for completions
-  std::deque<Task> queue_;           // GUARDED_BY(mu_)
+  struct Queued {
+    Task task;
+    std::string what;
+  };
+  std::deque<Queued> queue_;         // GUARDED_BY(mu_)
+  std::string running_;              // GUARDED_BY(mu_): the task running or last run
+  Clock::time_point running_since_;  // GUARDED_BY(mu_)
   uint64_t enqueued_ = 0;            // GUARDED_BY(mu_)
   uint64_t completed_ = 0;           // GUARDED_BY(mu_)
   Status error_;                     // GUARDED_BY(mu_): the first failure, sticky
@@ -178,7 +202,8 @@ Result<std::unique_ptr<Device>> MakeHostDevice(const DeviceOptions& options) {
   return std::unique_ptr<Device>(std::move(device));
 }
 
-HostDevice::HostDevice(const DeviceOptions& options) : Device(DeviceKind::kHost, options) {
+HostDevice::HostDevice(const DeviceOptions& options)
+    : Device(DeviceKind::kHost, options), inflight_(std::make_unique<InflightCopies>()) {
   if (options.copy_gbps > 0) {
     h2d_lane_ = std::make_unique<PacedResource>(options.copy_gbps * kBytesPerGb);
     d2h_lane_ = std::make_unique<PacedResource>(options.copy_gbps * kBytesPerGb);
@@ -232,13 +257,93 @@ Result<std::unique_ptr<Stream>> HostDevice::DoCreateStream(std::string name, int
   return std::unique_ptr<Stream>(new HostStream(this, std::move(name), index));
 }
 
+// The ranges of copies enqueued and not finished, so that a Free of memory they use is caught.
+class HostDevice::InflightCopies {
+ public:
+  uint64_t Add(const void* p, uint64_t bytes, const HostStream* stream, std::string what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t id = ++next_;
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    live_.emplace(id, Entry{a, a + bytes, stream, std::move(what)});
+    return id;
+  }
+  void Remove(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(id);
+  }
+  // A description of the first live copy that overlaps [p, p + bytes), or empty.
+  std::string Using(const void* p, uint64_t bytes) const {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : live_) {
+      if (e.begin < a + bytes && a < e.end) {
+        return fmt::format("{} on stream '{}'", e.what, e.stream->name());
+      }
+    }
+    return {};
+  }
+
+ private:
+  struct Entry {
+    uintptr_t begin, end;
+    const HostStream* stream;
+    std::string what;
+  };
+  mutable std::mutex mu_;
+  uint64_t next_ = 0;                       // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, Entry> live_;  // GUARDED_BY(mu_)
+};
+
+Status HostDevice::DoCheckIdle(const void* ptr, uint64_t bytes, std::string_view what) const {
+  std::string user = inflight_->Using(ptr, bytes);
+  if (user.empty()) return Status::Ok();
+  return DeviceRuleViolation(fmt::format(
+      "{} of {} + {} bytes while an enqueued, unfinished {} still uses it: wait for that work "
+      "(an event or a stream synchronization) before the memory is freed or reused",
+      what, ptr, bytes, user));
+}
+
+Status HostDevice::DoMemoryCallSync(std::string_view op) {
+  // What cudaMalloc/cudaFree may do: wait until the work enqueued on every stream so far has
+  // run. A stream stuck past the timeout is the deadlock a GPU would show.
+  const auto deadline = Clock::now() + Seconds(options().host_sync_timeout_seconds);
+  for (Stream* s : streams()) {
+    auto* hs = static_cast<HostStream*>(s);
+    std::string running;
+    if (!hs->WaitUntil(hs->Position(), deadline, &running)) {
+      return DeviceRuleViolation(fmt::format(
+          "{}: it synchronizes the whole device (as cudaMalloc/cudaFree), but stream '{}' has "
+          "not finished its enqueued work within {} s: it is stuck in {}. A lock held across "
+          "Allocate/Free that this stream's callbacks take deadlocks on a GPU; allocate "
+          "memory once and sub-allocate instead",
+          op, hs->name(), options().host_sync_timeout_seconds, running));
+    }
+  }
+  return Status::Ok();
+}
+
 Status HostDevice::DoCopy(Stream* stream, CopyKind kind, void* dst, const void* src,
                           uint64_t bytes) {
   auto* hs = static_cast<HostStream*>(stream);
   PacedResource* lane = kind == CopyKind::kHostToDevice   ? h2d_lane_.get()
                         : kind == CopyKind::kDeviceToHost ? d2h_lane_.get()
                                                           : nullptr;
-  return hs->Enqueue([hs, lane, kind, dst, src, bytes]() -> Status {
+  std::string what = fmt::format("copy {} of {} bytes {} -> {}", CopyKindName(kind), bytes, src,
+                                 dst);
+  const uint64_t dst_id = inflight_->Add(dst, bytes, hs, what);
+  const uint64_t src_id = inflight_->Add(src, bytes, hs, what);
+  InflightCopies* inflight = inflight_.get();
+  Status st = hs->Enqueue([hs, lane, kind, dst, src, bytes, inflight, dst_id,
+                           src_id](bool skip) -> Status {
+    struct Done {  // the ranges are free once the task ends, however it ends
+      InflightCopies* r;
+      uint64_t a, b;
+      ~Done() {
+        r->Remove(a);
+        r->Remove(b);
+      }
+    } done{inflight, dst_id, src_id};
+    if (skip) return Status::Ok();
     Clock::time_point t0 = Clock::now();
     auto* d = static_cast<unsigned char*>(dst);
     auto* s = static_cast<const unsigned char*>(src);
@@ -264,13 +369,19 @@ Status HostDevice::DoCopy(Stream* stream, CopyKind kind, void* dst, const void* 
     delta.copy_seconds = SecondsSince(t0);
     hs->AddStats(delta);
     return Status::Ok();
-  });
+  }, std::move(what));
+  if (!st.ok()) {
+    inflight_->Remove(dst_id);
+    inflight_->Remove(src_id);
+  }
+  return st;
 }
 
 Status HostDevice::DoLaunch(Stream* stream, std::function<Status()> fn, double flops) {
   auto* hs = static_cast<HostStream*>(stream);
   PacedResource* compute = flops > 0 ? compute_.get() : nullptr;
-  return hs->Enqueue([hs, compute, flops, fn = std::move(fn)]() -> Status {
+  return hs->Enqueue([hs, compute, flops, fn = std::move(fn)](bool skip) -> Status {
+    if (skip) return Status::Ok();
     Clock::time_point t0 = Clock::now();
     Clock::time_point done{};
     if (compute != nullptr) done = compute->Book(flops).second;
@@ -282,13 +393,14 @@ Status HostDevice::DoLaunch(Stream* stream, std::function<Status()> fn, double f
     delta.compute_seconds = SecondsSince(t0);
     hs->AddStats(delta);
     return status.ok() ? status : status.WithContext("Launch");
-  });
+  }, "a Launch function");
 }
 
 Result<Event> HostDevice::DoRecord(Stream* stream) {
   auto* hs = static_cast<HostStream*>(stream);
   auto state = std::make_shared<HostEventState>();
   state->owner = this;
+  state->EventState::stream = stream;
   state->stream = hs;
   state->position = hs->Position();
   return Event(std::move(state));
@@ -300,7 +412,8 @@ Status HostDevice::DoStreamWaitEvent(Stream* stream, const Event& event) {
   HostStream* source = state->stream;
   if (source == waiter) return Status::Ok();  // FIFO already orders it
   uint64_t position = state->position;
-  return waiter->Enqueue([waiter, source, position]() -> Status {
+  return waiter->Enqueue([waiter, source, position](bool skip) -> Status {
+    if (skip) return Status::Ok();
     Clock::time_point t0 = Clock::now();
     source->WaitFor(position);
     StreamStats delta;
@@ -312,7 +425,7 @@ Status HostDevice::DoStreamWaitEvent(Stream* stream, const Event& event) {
                                  source->name(), upstream.ToString()));
     }
     return Status::Ok();
-  });
+  }, fmt::format("a wait for stream '{}' (position {})", source->name(), position));
 }
 
 Result<bool> HostDevice::DoEventQuery(const Event& event) {

@@ -22,8 +22,14 @@
 // - Stream stats measure wall seconds on the worker: copying (pacing included), computing
 //   (pacing included) and waiting in StreamWaitEvent.
 //
+// - CUDA's rules (device.h): each stream's worker thread runs under a StreamCallbackScope, so
+//   any device call from a Launch fn is a violation; every copy's device and host ranges are
+//   tracked until it completes (CheckIdle, and the check in Free/FreePinned/UnregisterHost);
+//   Allocate and Free first wait for every stream's enqueued work, reporting a wait longer than
+//   host_sync_timeout_seconds as a deadlock naming the stream and the work it is stuck in.
+//
 // Thread-safety: as Device. A Launch fn runs on its stream's worker thread and must not call
-// this device (synchronizing its own stream from there would deadlock).
+// any device.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +55,7 @@ class HostDevice final : public Device {
  private:
   class PacedResource;
   class HostStream;
+  class InflightCopies;
   struct HostEventState;
 
   explicit HostDevice(const DeviceOptions& options);
@@ -68,11 +75,16 @@ class HostDevice final : public Device {
   Result<bool> DoEventQuery(const Event& event) override;
   Status DoEventSynchronize(const Event& event) override;
   Status DoStreamSynchronize(Stream* stream) override;
+  Status DoCheckIdle(const void* ptr, uint64_t bytes, std::string_view what) const override;
+  // Waits for the work enqueued so far on every stream (the device-wide synchronization of
+  // cudaMalloc/cudaFree); a violation when it outlasts host_sync_timeout_seconds.
+  Status DoMemoryCallSync(std::string_view op) override;
 
   // Null when the corresponding rate is 0 (unpaced).
   std::unique_ptr<PacedResource> h2d_lane_;
   std::unique_ptr<PacedResource> d2h_lane_;
   std::unique_ptr<PacedResource> compute_;
+  std::unique_ptr<InflightCopies> inflight_;
 };
 
 }  // namespace zinf

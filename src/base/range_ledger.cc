@@ -44,18 +44,26 @@ Status RangeLedger::Commit(const void* base, uint64_t length, uint64_t accounted
   return Status::Ok();
 }
 
+Status RangeLedger::NotLive(const void* base) const {
+  return NotFound(fmt::format("{}: {} is not the start of a live range (double free, or memory "
+                              "from elsewhere)", what_, base));
+}
+
 Result<uint64_t> RangeLedger::Erase(const void* base) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = ranges_.find(reinterpret_cast<uintptr_t>(base));
-  if (it == ranges_.end()) {
-    return NotFound(fmt::format("{}: {} is not the start of a live range (double free, or "
-                                "memory from elsewhere)",
-                                what_, base));
-  }
+  if (it == ranges_.end()) return NotLive(base);
   uint64_t accounted = it->second.accounted;
   ranges_.erase(it);
   in_use_ -= std::min(accounted, in_use_);
   return accounted;
+}
+
+Result<uint64_t> RangeLedger::Length(const void* base) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ranges_.find(reinterpret_cast<uintptr_t>(base));
+  if (it == ranges_.end()) return NotLive(base);
+  return it->second.length;
 }
 
 bool RangeLedger::Covers(const void* p, uint64_t n) const {

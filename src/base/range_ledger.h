@@ -43,6 +43,8 @@ class RangeLedger {
   // Returns the accounted bytes released; NotFound when `base` does not start a live range.
   Result<uint64_t> Erase(const void* base);
 
+  // The length of the live range starting at `base`; NotFound when none starts there.
+  Result<uint64_t> Length(const void* base) const;
   // True when [p, p + n) lies inside one live range (n == 0: p inside or at the end of one).
   bool Covers(const void* p, uint64_t n) const;
   // True when [p, p + n) intersects any live range.
@@ -62,6 +64,8 @@ class RangeLedger {
     uint64_t length;
     uint64_t accounted;
   };
+
+  Status NotLive(const void* base) const;  // the NotFound for a base that starts no range
 
   const std::string what_;
   const uint64_t budget_;

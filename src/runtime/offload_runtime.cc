@@ -42,6 +42,9 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   auto device = MakeDevice(dopt);
   if (!device.ok()) return device.status().WithContext(c.source + ": zinf.budgets.device_bytes");
   rt->device = std::move(device).value();
+  auto arena = DeviceArena::Create(*rt->device);
+  if (!arena.ok()) return arena.status().WithContext(c.source + ": zinf.budgets.device_bytes");
+  rt->arena = std::move(arena).value();
 
   uint64_t pinned = c.zinf.budgets.pinned_bytes.value_or(
       std::min<uint64_t>(kAutoPinnedCap, MemAvailableBytes() / 4));
@@ -74,7 +77,7 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   to.prefetch_units = c.zinf.prefetch_depth;
   to.max_inflight_bytes = c.zinf.max_inflight_bytes;
   to.tracer = options.tracer;
-  ZINF_ASSIGN_OR_RETURN(rt->tiers, offload::TierManager::Create(*rt->device, *rt->pool,
+  ZINF_ASSIGN_OR_RETURN(rt->tiers, offload::TierManager::Create(*rt->arena, *rt->pool,
                                                                 rt->swap.get(), to));
   return rt;
 }

@@ -4,7 +4,8 @@
 // posix threads), the budgets (device, pinned), the swap directories (zinf.stripe_paths, else
 // the offload nvme_path), the stripe unit, the prefetch depth and the in-flight limit, and builds
 // in order: the device (CUDA when built with it and a GPU answers, else the host-emulated one),
-// the pinned pool, the I/O engine and swap file (only when something is offloaded to NVMe), and
+// the device arena (the whole device budget, reserved once: src/base/device_arena.h), the
+// pinned pool, the I/O engine and swap file (only when something is offloaded to NVMe), and
 // the tier manager. Every refusal names the config field it comes from. Budgets left "auto":
 // the device budget is 1 GiB on the host-emulated device (a GPU's free memory less 10% on CUDA);
 // the pinned budget a quarter of the memory available now, at most 2 GiB.
@@ -20,14 +21,16 @@
 #include "offload/swap_space.h"
 #include "offload/tier_manager.h"
 #include "src/base/device.h"
+#include "src/base/device_arena.h"
 #include "src/base/trace.h"
 #include "src/config/config.h"
 
 namespace zinf {
 
 struct OffloadRuntime {
-  // Declared so that destruction runs tiers, swap, engine, pool, device.
+  // Declared so that destruction runs tiers, swap, engine, pool, arena, device.
   std::unique_ptr<Device> device;
+  std::unique_ptr<DeviceArena> arena;  // every device buffer comes from here
   std::unique_ptr<offload::PinnedPool> pool;
   std::unique_ptr<io::Engine> engine;         // null when nothing is homed on NVMe
   std::unique_ptr<offload::SwapSpace> swap;   // null when nothing is homed on NVMe

@@ -72,8 +72,14 @@ class Backend {
 
   // Takes, at start, the device memory the backend's own buffers need for up to `rows` rows
   // (the CUDA backend's per-row loss gradient), so that a tight budget fails at start and not
-  // mid-run.
+  // mid-run; ReserveBytes says how much that is.
   virtual Status Reserve(size_t rows) { return Status::Ok(); }
+  virtual uint64_t ReserveBytes(size_t rows) const { return 0; }
+  // True when ops run at once on the calling thread (the CPU backend): work another stream
+  // must finish first is then waited for on the host (EventSynchronize), and the backend's own
+  // work is done when the op returns. False when ops are enqueued on a stream (CUDA): the
+  // stream waits (StreamWaitEvent) and an event recorded on it marks the work's end.
+  virtual bool RunsOnCallingThread() const = 0;
 
   virtual Status Zero(T* x, size_t n) = 0;
   // out[i] = in[i] widened from a 16-bit type (bf16 or fp16) or copied from fp32 (T = float only;

@@ -123,6 +123,7 @@ class CpuBackend final : public Backend<T> {
     }
   }
   Status Synchronize() override { return Status::Ok(); }
+  bool RunsOnCallingThread() const override { return true; }
 
  private:
   ops::OpOptions o_;

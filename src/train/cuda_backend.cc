@@ -16,18 +16,32 @@ namespace ops = kernels::cuda;
 
 class CudaBackend final : public Backend<float> {
  public:
-  CudaBackend(Device& device, Stream* compute, std::unique_ptr<ops::CublasHandle> cublas)
+  CudaBackend(Device& device, Stream* compute, DeviceArena* arena, void* workspace)
       : device_(device),
         compute_(compute),
         stream_(compute->NativeHandle()),
-        cublas_(std::move(cublas)) {}
+        arena_(arena),
+        workspace_(workspace) {}
+
+  Status Init(kernels::cuda::GemmPrecision precision) {
+    auto cublas = ops::CublasHandle::Create(precision, workspace_,
+                                            workspace_ ? ops::kCublasWorkspaceBytes : 0);
+    if (!cublas.ok()) return cublas.status().WithContext("MakeCudaBackend");
+    cublas_ = std::move(*cublas);
+    return Status::Ok();
+  }
 
   ~CudaBackend() override {
-    if (dloss_ != nullptr) {
-      // Enqueued CrossEntropyBackward calls may still read the buffer.
-      device_.StreamSynchronize(compute_).IgnoreError();
-      device_.Free(dloss_).IgnoreError();
-    }
+    // Enqueued work may still use the buffers.
+    device_.StreamSynchronize(compute_).IgnoreError();
+    cublas_.reset();
+    FreeDevice(dloss_).IgnoreError();
+    FreeDevice(workspace_).IgnoreError();
+  }
+
+  bool RunsOnCallingThread() const override { return false; }
+  uint64_t ReserveBytes(size_t rows) const override {
+    return (rows * sizeof(float) + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
   }
 
   CudaBackend(const CudaBackend&) = delete;
@@ -140,6 +154,11 @@ class CudaBackend final : public Backend<float> {
   }
 
  private:
+  Status FreeDevice(void* p) {
+    if (p == nullptr) return Status::Ok();
+    return arena_ != nullptr ? arena_->Free(p) : device_.Free(p);
+  }
+
   // Makes dloss_[0, n) hold `value` for the work enqueued next: grows the buffer (after the
   // stream has drained, since enqueued work may still read the old one) and refills it only when
   // the value's bits or the count changed; stream order makes an earlier fill visible.
@@ -149,12 +168,13 @@ class CudaBackend final : public Backend<float> {
       if (dloss_ != nullptr) {
         ZINF_RETURN_IF_ERROR(
             device_.StreamSynchronize(compute_).WithContext("CrossEntropyBackward"));
-        ZINF_RETURN_IF_ERROR(device_.Free(dloss_).WithContext("CrossEntropyBackward"));
+        ZINF_RETURN_IF_ERROR(FreeDevice(dloss_).WithContext("CrossEntropyBackward"));
         dloss_ = nullptr;
         dloss_capacity_ = 0;
         dloss_filled_ = 0;
       }
-      auto p = device_.Allocate(n * sizeof(float));
+      auto p = arena_ != nullptr ? arena_->Allocate(n * sizeof(float), "the per-row dloss buffer")
+                                 : device_.Allocate(n * sizeof(float));
       if (!p.ok()) {
         return p.status().WithContext(
             fmt::format("CrossEntropyBackward: the per-row dloss buffer of {} floats", n));
@@ -172,6 +192,8 @@ class CudaBackend final : public Backend<float> {
   Device& device_;
   Stream* const compute_;
   void* const stream_;  // compute_'s cudaStream_t
+  DeviceArena* const arena_;  // buffers come from here when set, else from Device::Allocate
+  void* const workspace_;     // the cuBLAS workspace (a block of arena_), or null
   std::unique_ptr<ops::CublasHandle> cublas_;
   float* dloss_ = nullptr;    // (dloss_capacity_) device floats, from device_.Allocate
   size_t dloss_capacity_ = 0;
@@ -182,7 +204,8 @@ class CudaBackend final : public Backend<float> {
 }  // namespace
 
 Result<std::unique_ptr<Backend<float>>> MakeCudaBackend(Device& device, Stream* compute,
-                                                        kernels::cuda::GemmPrecision precision) {
+                                                        kernels::cuda::GemmPrecision precision,
+                                                        DeviceArena* arena) {
   if (device.kind() != DeviceKind::kCuda) {
     return InvalidArgument(fmt::format("MakeCudaBackend: the device is {}, not cuda ({})",
                                        DeviceKindName(device.kind()), device.Describe()));
@@ -196,10 +219,19 @@ Result<std::unique_ptr<Backend<float>>> MakeCudaBackend(Device& device, Stream* 
     return InvalidArgument(fmt::format(
         "MakeCudaBackend: the compute stream '{}' has no native CUDA stream", compute->name()));
   }
-  auto cublas = ops::CublasHandle::Create(precision);
-  if (!cublas.ok()) return cublas.status().WithContext("MakeCudaBackend");
-  return std::unique_ptr<Backend<float>>(
-      std::make_unique<CudaBackend>(device, compute, std::move(*cublas)));
+  if (arena != nullptr && &arena->device() != &device) {
+    return InvalidArgument("MakeCudaBackend: the device arena belongs to another device");
+  }
+  ZINF_RETURN_IF_ERROR(device.BindCurrentThread());
+  void* workspace = nullptr;
+  if (arena != nullptr) {
+    auto ws = arena->Allocate(kernels::cuda::kCublasWorkspaceBytes, "the cuBLAS workspace");
+    if (!ws.ok()) return ws.status().WithContext("MakeCudaBackend");
+    workspace = *ws;
+  }
+  auto be = std::make_unique<CudaBackend>(device, compute, arena, workspace);
+  ZINF_RETURN_IF_ERROR(be->Init(precision));
+  return std::unique_ptr<Backend<float>>(std::move(be));
 }
 
 }  // namespace zinf::train

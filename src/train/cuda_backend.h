@@ -13,10 +13,12 @@
 // - AttentionScratchElems is the larger of the CUDA attention forward and backward scratch (the
 //   model hands the same scratch to both).
 // - CrossEntropyBackward's scalar dloss_each is expanded into a device buffer of N floats (the
-//   CUDA op takes one dloss per row), allocated with Device::Allocate on first use, i.e. outside
-//   the caller's own buffers but inside the device budget (4·N bytes, rounded up to
-//   kDeviceAlignment), and grown (after synchronizing the stream) when N grows. It is refilled
-//   only when dloss_each or N changes.
+//   CUDA op takes one dloss per row), taken by Reserve(rows) at start (ReserveBytes(rows): 4·N
+//   bytes rounded up to kDeviceAlignment) from the arena (else Device::Allocate), and grown
+//   (after synchronizing the stream) only if a later N exceeds it. It is refilled only when
+//   dloss_each or N changes.
+// - The caller's thread must be bound to the device (Device::BindCurrentThread; the executor
+//   binds before each micro-batch): kernels go to the thread's current device.
 // - Zero = Fill(0). Widen: bf16/fp16 through Bf16ToFloat/Fp16ToFloat; kF32 is a device-to-device
 //   copy enqueued with Device::CopyOnDevice on the compute stream (so `in` must lie inside one live
 //   allocation of `device`). Narrow: FloatToBf16/FloatToFp16 (bit for bit the CPU's rounding);
@@ -39,13 +41,18 @@
 
 #include "kernels/cuda/layer_ops.h"
 #include "src/base/device.h"
+#include "src/base/device_arena.h"
 #include "src/train/backend.h"
 #include "zinf/status.h"
 
 namespace zinf::train {
 
+// With `arena`, the cuBLAS workspace (kCublasWorkspaceBytes) and the dloss buffer are blocks of
+// it, inside the device budget's one reservation; without, they come from Device::Allocate and
+// cuBLAS's own pool (tests).
 Result<std::unique_ptr<Backend<float>>> MakeCudaBackend(
     Device& device, Stream* compute,
-    kernels::cuda::GemmPrecision precision = kernels::cuda::GemmPrecision::kBf16);
+    kernels::cuda::GemmPrecision precision = kernels::cuda::GemmPrecision::kBf16,
+    DeviceArena* arena = nullptr);
 
 }  // namespace zinf::train

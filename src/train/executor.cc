@@ -31,9 +31,9 @@ LayerExecutor::~LayerExecutor() {
   FinishOptimizerStep().IgnoreError();
   if (compute_ != nullptr) rt_.device->StreamSynchronize(compute_).IgnoreError();
   be_.Synchronize().IgnoreError();
-  pipeline_.reset();
   accumulator_.reset();
-  rt_.device->Free(arena_).IgnoreError();
+  pipeline_.reset();
+  rt_.arena->Free(arena_).IgnoreError();
   rt_.device->FreePinned(host_io_).IgnoreError();
 }
 
@@ -73,45 +73,58 @@ Status LayerExecutor::Setup() {
     ZINF_ASSIGN_OR_RETURN(pipeline_,
                           offload::OptimizerPipeline::Create(*rt_.swap, *rt_.pool, max_n, po));
   }
-  ZINF_ASSIGN_OR_RETURN(accumulator_, offload::GradAccumulator::Create(
-                                         *rt_.tiers, *rt_.device, *rt_.pool, max_n,
-                                         GradType() == kernels::DType::kF32));
-  ZINF_RETURN_IF_ERROR(CheckPinnedRoom());
-  return AllocateDevice();
+  ZINF_ASSIGN_OR_RETURN(
+      accumulator_,
+      offload::GradAccumulator::Create(
+          *rt_.tiers, *rt_.device, *rt_.pool,
+          {.max_unit_elems = max_n, .fp32_shards = GradType() == kernels::DType::kF32,
+           .depth = kHandOverDepth, .device_grad_bytes = 2}));
+  ZINF_RETURN_IF_ERROR(AllocateDevice());
+  return SealTiers();
 }
 
-Status LayerExecutor::CheckPinnedRoom() const {
-  // Beside what is taken for the whole run (the pipeline's slabs, the gradient staging block,
-  // shards homed in pinned memory), the pool must hold the NVMe-homed copies in use at once:
-  // the optimizer's two gradient leases (a unit's and the next one's), or a gradient being
-  // handed over and a unit's 16-bit weights on their way to the device. Less could never
-  // finish a step: refused here, not mid-run.
-  if (rt_.swap == nullptr) return Status::Ok();  // every shard is homed (held) in the pool
+offload::SealOptions LayerExecutor::SealPlan() const {
+  offload::SealOptions o;
+  for (auto& tier : o.max_leases) tier.fill(0);
+  constexpr int kDev = static_cast<int>(Tier::kDevice), kHost = static_cast<int>(Tier::kHost);
+  constexpr int kP16 = static_cast<int>(offload::Role::kParam16);
+  constexpr int kGrad = static_cast<int>(offload::Role::kGrad);
+  // FetchWeights holds one unit's 16-bit weights on the device at a time.
+  o.max_leases[kDev][kP16] = 1;
+  // Gradients in the host tier: the hand-overs in flight during backward, or the optimizer
+  // pipeline's two (a unit's and the next one's) under the forward; never both at once
+  // (ForwardBackward finishes the optimizer step before backward, and the overlapped Adam waits
+  // for the hand-overs before it leases).
+  o.max_leases[kHost][kGrad] = std::max<uint32_t>(kHandOverDepth, pipeline_ != nullptr ? 2 : 1);
+  o.spare = {0, 1};  // one host slot per size for a copy in transfer
+  return o;
+}
+
+Status LayerExecutor::SealTiers() {
+  offload::TierManager& tm = *rt_.tiers;
+  const offload::SealOptions plan = SealPlan();
+  const offload::SealNeed need = tm.MinimumSealBytes(plan);
   const offload::PinnedPool& pool = *rt_.pool;
-  auto host_block = [&](uint64_t bytes) { return pool.BlockBytes(rt_.swap->Padded(bytes)); };
-  const uint64_t max_n = dims_.MaxUnitParams();
-  const bool p16_nvme = options_.params_on_nvme || options_.optimizer_on_nvme;
-  const uint64_t grad = host_block(GradBytes(max_n));  // gradients are NVMe-homed with a swap
-  const uint64_t p16 = p16_nvme ? host_block(Param16Bytes(max_n)) : 0;
-  const bool two_grads = pipeline_ != nullptr && 2 * grad >= grad + p16;
-  const uint64_t need = two_grads ? 2 * grad : grad + p16;
-  const uint64_t held = pool.bytes_in_use(), left = pool.budget_bytes() - held;
-  if (left >= need) return Status::Ok();
-  return ResourceExhausted(fmt::format(
-      "zinf.budgets.pinned_bytes: {} ({}) leaves {} for shard copies after {} taken for the "
-      "whole run ({}), but {} are in use at once ({}: the largest unit's gradient is {}{}); "
-      "raise zinf.budgets.pinned_bytes to at least {}{}",
-      pool.budget_bytes(), FormatBytesHuman(pool.budget_bytes()), FormatBytesHuman(left),
-      FormatBytesHuman(held),
-      pipeline_ != nullptr
-          ? fmt::format("the optimizer pipeline's {} slabs, gradient staging, shards homed in "
-                        "pinned memory", options_.pipeline_slabs)
-          : std::string("gradient staging, shards homed in pinned memory"),
-      FormatBytesHuman(need),
-      two_grads ? "the optimizer's two gradient leases" : "a gradient and a unit's weights",
-      FormatBytesHuman(grad),
-      p16_nvme ? fmt::format(", its 16-bit weights {}", FormatBytesHuman(p16)) : std::string(),
-      held + need, pipeline_ != nullptr ? " or lower zinf.pipeline_depth" : ""));
+  const uint64_t held = pool.bytes_in_use();
+  if (rt_.swap != nullptr && held + need.host_bytes > pool.budget_bytes()) {
+    const uint64_t left = pool.budget_bytes() - std::min(held, pool.budget_bytes());
+    return ResourceExhausted(fmt::format(
+        "zinf.budgets.pinned_bytes: {} bytes ({}) leave {} bytes ({}) for shard copies after {} "
+        "bytes ({}) taken for the whole run ({}), but the copies in use at once need {} bytes "
+        "({}: for each size of shard, {} plus one copy in transfer); raise "
+        "zinf.budgets.pinned_bytes to at least {}{}",
+        pool.budget_bytes(), FormatBytesHuman(pool.budget_bytes()), left,
+        FormatBytesHuman(left), held, FormatBytesHuman(held),
+        pipeline_ != nullptr
+            ? fmt::format("the optimizer pipeline's {} slabs, gradient staging, shards homed in "
+                          "pinned memory", options_.pipeline_slabs)
+            : std::string("gradient staging, shards homed in pinned memory"),
+        need.host_bytes, FormatBytesHuman(need.host_bytes),
+        pipeline_ != nullptr ? "the optimizer's two gradient leases"
+                             : "the gradient hand-overs in flight",
+        held + need.host_bytes, pipeline_ != nullptr ? " or lower zinf.pipeline_depth" : ""));
+  }
+  return tm.Seal(plan);
 }
 
 Status LayerExecutor::RegisterShards() {
@@ -173,49 +186,72 @@ Status LayerExecutor::AllocateDevice() {
       {&gbuf_, d.MaxUnitParams()},
       {&gemb_, d.UnitParams(0)},
   };
-  uint64_t total = token_floats * 4 + (2 * d.MaxUnitParams() + 255) / 256 * 256;
+  // One unit's 16-bit gradient for the hand-over.
+  const uint64_t g16_bytes = (2 * d.MaxUnitParams() + 255) / 256 * 256;
+  uint64_t total = token_floats * 4 + g16_bytes;
   for (auto& p : parts) total += (p.elems * 4 + 255) / 256 * 256;
   stats_.device_buffer_bytes = total;
-  // Two units' 16-bit weights must fit beside the buffers, and a backend's own small buffers
-  // (the CUDA backend's per-row loss gradient: 4N bytes).
-  const uint64_t need_p16 = Param16Bytes(d.MaxUnitParams()) + Param16Bytes(d.UnitParams(0)) +
-                            4 * N + 256;
-  if (total + need_p16 > rt_.device->budget_bytes()) {
+  // Everything the device budget must hold at once, checked before anything is taken: the
+  // buffers above, the backend's own (the CUDA backend's per-row loss gradient; its cuBLAS
+  // workspace is already in the arena), and the 16-bit weights the tier manager's slots need at
+  // the least (one copy of each unit size: the one in use).
+  DeviceArena& arena = *rt_.arena;
+  const uint64_t backend = be_.ReserveBytes(N);
+  const uint64_t weights = rt_.tiers->MinimumSealBytes(SealPlan()).device_bytes;
+  const uint64_t need = arena.bytes_in_use() + arena.BlockBytes(total) + backend + weights;
+  if (need > arena.budget_bytes()) {
     return ResourceExhausted(fmt::format(
-        "zinf.budgets.device_bytes: {} ({}) cannot hold the executor's buffers ({}: activations "
-        "for a micro-batch of {}x{} tokens, fp32 weights and gradients of the largest unit) plus "
-        "two units' 16-bit weights ({}); expected at least {} or a smaller model / micro-batch",
-        rt_.device->budget_bytes(), FormatBytesHuman(rt_.device->budget_bytes()),
-        FormatBytesHuman(total), B, T, FormatBytesHuman(need_p16), total + need_p16));
+        "zinf.budgets.device_bytes: {} bytes ({}) cannot hold the executor's buffers ({} bytes, "
+        "{}: activations for a micro-batch of {}x{} tokens, fp32 weights and gradients of the "
+        "largest unit){} plus the 16-bit weights that must fit at once ({} bytes, {}: one copy of "
+        "each unit size, the one in use); expected at least {} or a smaller model / "
+        "micro-batch",
+        arena.budget_bytes(), FormatBytesHuman(arena.budget_bytes()), total,
+        FormatBytesHuman(total), B, T,
+        arena.bytes_in_use() + backend > 0
+            ? fmt::format(", the backend's buffers and workspace ({} bytes)",
+                          arena.bytes_in_use() + backend)
+            : std::string(),
+        weights, FormatBytesHuman(weights), need));
   }
-  ZINF_ASSIGN_OR_RETURN(arena_, rt_.device->Allocate(total));
+  ZINF_ASSIGN_OR_RETURN(arena_, arena.Allocate(total, "the executor's buffers"));
   auto* base = static_cast<uint8_t*>(arena_);
   d_tokens_ = reinterpret_cast<int32_t*>(base);
   d_targets_ = d_tokens_ + N;
   g16_ = base + token_floats * 4;
-  uint64_t off = token_floats * 4 + (2 * d.MaxUnitParams() + 255) / 256 * 256;
+  uint64_t off = token_floats * 4 + g16_bytes;
   for (auto& p : parts) {
     *p.ptr = reinterpret_cast<float*>(base + off);
     off += (p.elems * 4 + 255) / 256 * 256;
   }
-  ZINF_RETURN_IF_ERROR(be_.Reserve(N));  // within the headroom counted above
+  ZINF_RETURN_IF_ERROR(be_.Reserve(N));  // within what was counted above
   ZINF_ASSIGN_OR_RETURN(host_io_, rt_.device->AllocatePinned(std::max<uint64_t>(12 * N, 4096)));
   return Status::Ok();
 }
 
+uint8_t* LayerExecutor::BounceBuffer() const {
+  return pipeline_ != nullptr ? pipeline_->slabs()[0].data : nullptr;
+}
+
 Status LayerExecutor::WriteNvme(const offload::Extent& e, const void* src, uint64_t bytes) {
   const uint64_t padded = rt_.swap->Padded(bytes);
-  ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(padded, 4096));
-  std::memcpy(buf.data(), src, bytes);
-  std::memset(buf.data() + bytes, 0, padded - bytes);
-  return rt_.swap->engine().Write(rt_.swap->file(), e.offset, buf.data(), padded);
+  uint8_t* buf = BounceBuffer();
+  if (buf == nullptr || padded > pipeline_->slab_bytes()) {
+    return Internal("WriteNvme: no bounce slab for this extent");
+  }
+  if (src != buf) std::memcpy(buf, src, bytes);
+  std::memset(buf + bytes, 0, padded - bytes);
+  return rt_.swap->engine().Write(rt_.swap->file(), e.offset, buf, padded);
 }
 
 Status LayerExecutor::ReadNvme(const offload::Extent& e, void* dst, uint64_t bytes) {
   const uint64_t padded = rt_.swap->Padded(bytes);
-  ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(padded, 4096));
-  ZINF_RETURN_IF_ERROR(rt_.swap->engine().Read(rt_.swap->file(), e.offset, buf.data(), padded));
-  std::memcpy(dst, buf.data(), bytes);
+  uint8_t* buf = BounceBuffer();
+  if (buf == nullptr || padded > pipeline_->slab_bytes()) {
+    return Internal("ReadNvme: no bounce slab for this extent");
+  }
+  ZINF_RETURN_IF_ERROR(rt_.swap->engine().Read(rt_.swap->file(), e.offset, buf, padded));
+  if (dst != buf) std::memcpy(dst, buf, bytes);
   return Status::Ok();
 }
 
@@ -223,24 +259,29 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
   const uint64_t n = dims_.UnitParams(unit);
-  std::vector<uint16_t> p16(n);
-  ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16.data(), options_.param16_type, n));
   const offload::OptimizerUnit& ou = opt_units_[unit];
+  uint16_t* p16 = p16_staging_.data();
   if (options_.optimizer_on_nvme) {
+    // Everything goes through the pipeline's first slab (idle between steps): the 16-bit copy
+    // in its param16 part, the master weights and the zero moments from its start.
+    uint8_t* slab = BounceBuffer();
+    p16 = reinterpret_cast<uint16_t*>(slab + pipeline_->LayoutFor(n).param16);
+    ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
     ZINF_RETURN_IF_ERROR(WriteNvme(ou.master, master, 4 * n));
     // A new swap file reads as zeros (io/swap_file.h): the moments need writing only once an
     // optimizer step has written them.
     if (!moments_zero_at_home_) {
-      std::vector<float> zeros(n, 0.0f);
-      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg, zeros.data(), 4 * n));
-      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg_sq, zeros.data(), 4 * n));
+      std::memset(slab, 0, 4 * n);
+      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg, slab, 4 * n));
+      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg_sq, slab, 4 * n));
     }
   } else {
-    std::memcpy(master_[unit].data(), master, 4 * n);
+    ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
+    if (master != master_[unit].data()) std::memcpy(master_[unit].data(), master, 4 * n);
     std::fill(exp_avg_[unit].begin(), exp_avg_[unit].end(), 0.0f);
     std::fill(exp_avg_sq_[unit].begin(), exp_avg_sq_[unit].end(), 0.0f);
   }
-  return rt_.tiers->WriteHome(p16_[unit], p16.data());
+  return rt_.tiers->WriteHome(p16_[unit], p16);
 }
 
 Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
@@ -253,12 +294,26 @@ Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
 }
 
 Status LayerExecutor::InitWeights(uint64_t seed) {
-  std::vector<float> w(dims_.MaxUnitParams());
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   for (uint32_t u = 0; u < dims_.units(); ++u) {
-    InitUnit(dims_, u, seed, w.data());
-    ZINF_RETURN_IF_ERROR(SetUnitWeights(u, w.data()));
+    // Generated where SetUnitWeights reads it from: no buffer outside the budgets.
+    float* w = options_.optimizer_on_nvme ? reinterpret_cast<float*>(BounceBuffer())
+                                          : master_[u].data();
+    InitUnit(dims_, u, seed, w);
+    ZINF_RETURN_IF_ERROR(SetUnitWeights(u, w));
   }
   return Status::Ok();
+}
+
+Status LayerExecutor::ComputeWaits(const Event& event) {
+  if (!event.recorded()) return Status::Ok();
+  if (be_.RunsOnCallingThread()) return rt_.device->EventSynchronize(event);
+  return rt_.device->StreamWaitEvent(compute_, event);
+}
+
+Result<Event> LayerExecutor::ComputeDone() {
+  if (be_.RunsOnCallingThread()) return Event();
+  return rt_.device->Record(compute_);
 }
 
 Status LayerExecutor::FetchWeights(uint32_t unit, float* dst) {
@@ -266,13 +321,17 @@ Status LayerExecutor::FetchWeights(uint32_t unit, float* dst) {
   WaitUnitWritten(unit);
   auto t0 = Clock::now();
   ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16_[unit], Tier::kDevice));
-  auto ptr = lease.Wait();
+  // No host wait for the copy itself: the widening waits for the h2d on the compute stream (the
+  // CPU backend, which computes on this thread, waits here).
+  auto ready = lease.WaitEnqueued();
+  Status s = ready.status();
+  if (s.ok()) s = ComputeWaits(ready->event);
   stats_.stall_seconds += Since(t0);
-  Status s = ptr.ok() ? be_.Widen(dst, *ptr, options_.param16_type, dims_.UnitParams(unit))
-                      : ptr.status();
-  // The widening reads the lease: it must be done before the copy may be evicted.
-  if (s.ok()) s = be_.Synchronize();
-  Status r = tm.Release(std::move(lease), false);
+  if (s.ok()) s = be_.Widen(dst, ready->ptr, options_.param16_type, dims_.UnitParams(unit));
+  // The copy may be evicted once the widening has read it: its event goes with the release.
+  Result<Event> used = s.ok() ? ComputeDone() : Result<Event>(s);
+  if (!used.ok()) s = used.status();
+  Status r = tm.Release(std::move(lease), false, used.ok() ? *used : Event());
   ZINF_RETURN_IF_ERROR(s);
   return r;
 }
@@ -286,12 +345,15 @@ Status LayerExecutor::Upload(const int32_t* tokens, const int32_t* targets) {
                                          i, dims_.V - 1));
     }
   }
+  ZINF_RETURN_IF_ERROR(rt_.device->BindCurrentThread());
+  // host_io_ is free: the previous micro-batch's loss read-back synchronized the stream.
   auto* h = static_cast<int32_t*>(host_io_);
   std::memcpy(h, tokens, 4 * N);
   std::memcpy(h + N, targets, 4 * N);
-  ZINF_RETURN_IF_ERROR(be_.Synchronize());
   ZINF_RETURN_IF_ERROR(rt_.device->CopyToDevice(compute_, d_tokens_, h, 8 * N));
-  return rt_.device->StreamSynchronize(compute_);
+  // The CUDA backend's kernels follow the copy on its stream; the CPU backend waits here.
+  ZINF_ASSIGN_OR_RETURN(Event uploaded, rt_.device->Record(compute_));
+  return ComputeWaits(be_.RunsOnCallingThread() ? uploaded : Event());
 }
 
 Result<double> LayerExecutor::ForwardAll() {
@@ -310,8 +372,7 @@ Result<double> LayerExecutor::ForwardAll() {
     t0 = Clock::now();
     ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, ViewBlock<const float>(wbuf_, d),
                                              xs_ + NC * l, xs_ + NC * (l + 1), a, scratch_, B, T));
-    ZINF_RETURN_IF_ERROR(be_.Synchronize());
-    stats_.compute_seconds += Since(t0);
+    stats_.compute_seconds += Since(t0);  // the time to enqueue it on a GPU
   }
   ZINF_RETURN_IF_ERROR(FetchWeights(d.final_unit(), wbuf_));
   t0 = Clock::now();
@@ -336,15 +397,18 @@ kernels::DType LayerExecutor::GradType() const {
 uint64_t LayerExecutor::GradBytes(uint64_t n) const { return kernels::DTypeSize(GradType()) * n; }
 
 Status LayerExecutor::HandOverGrad(uint32_t unit, const float* grad, float scale, bool first,
-                                   bool last, bool* finite) {
+                                   bool last) {
   auto t0 = Clock::now();
   const uint64_t n = dims_.UnitParams(unit);
+  // The buffer is reused once the copy of the previous unit's gradient has read it.
+  ZINF_RETURN_IF_ERROR(ComputeWaits(g16_free_));
   ZINF_RETURN_IF_ERROR(be_.Narrow(g16_, grad, options_.param16_type, n));
-  ZINF_RETURN_IF_ERROR(be_.Synchronize());
-  ZINF_ASSIGN_OR_RETURN(bool ok, accumulator_->Accumulate(grad_[unit], g16_, options_.param16_type,
-                                                          n, scale, first,
-                                                          last ? &grad_sum_squares_ : nullptr));
-  *finite = *finite && ok;
+  ZINF_ASSIGN_OR_RETURN(Event produced, ComputeDone());
+  ZINF_ASSIGN_OR_RETURN(g16_free_,
+                        accumulator_->Submit({.shard = grad_[unit], .device_grad = g16_,
+                                              .type = options_.param16_type, .n = n,
+                                              .scale = scale, .first = first,
+                                              .sum_squares = last, .produced = produced}));
   stats_.grad_seconds += Since(t0);
   return Status::Ok();
 }
@@ -369,25 +433,26 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   ZINF_ASSIGN_OR_RETURN(r.loss, ForwardAll());
   // The previous optimizer step has read its gradients before the shards are overwritten.
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
-  if (last) grad_sum_squares_ = 0;
 
   // With overlap, a unit whose gradients are final is updated right after the next unit's
   // backward is enqueued (on a GPU the two then run at once).
   int64_t pending = -1;
   auto hand_over = [&](uint32_t unit, const float* grad) -> Status {
-    ZINF_RETURN_IF_ERROR(HandOverGrad(unit, grad, accumulate_scale, first, last, &r.finite));
-    if (overlap == nullptr) return Status::Ok();
-    if (!r.finite) {
-      return Aborted(fmt::format("non-finite gradients in {} with zinf.overlap_adam: the units "
-                                 "after it in backward order are already updated", d.UnitName(unit)));
-    }
-    pending = unit;
+    ZINF_RETURN_IF_ERROR(HandOverGrad(unit, grad, accumulate_scale, first, last));
+    if (overlap != nullptr) pending = unit;
     return Status::Ok();
   };
   auto step_pending = [&]() -> Status {
     if (pending < 0) return Status::Ok();
     const auto unit = static_cast<uint32_t>(pending);
     pending = -1;
+    // The unit's gradients are final (its hand-over done) and finite before it is updated.
+    ZINF_ASSIGN_OR_RETURN(auto so_far, accumulator_->WaitIdle());
+    if (!so_far.finite) {
+      return Aborted(fmt::format("non-finite gradients in {} with zinf.overlap_adam: the units "
+                                 "after it in backward order are already updated",
+                                 d.UnitName(unit)));
+    }
     return StepUnit(unit, *overlap, &r.optimizer);
   };
 
@@ -425,6 +490,14 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   ZINF_RETURN_IF_ERROR(step_pending());
   ZINF_RETURN_IF_ERROR(hand_over(0, gemb_));
   ZINF_RETURN_IF_ERROR(step_pending());
+  // Every hand-over done: whether all gradients were finite, and the step's Σ g² (summed in
+  // backward order, as the hand-overs ran).
+  auto t_wait = Clock::now();
+  ZINF_ASSIGN_OR_RETURN(auto totals, accumulator_->Finish());
+  stats_.grad_seconds += Since(t_wait);
+  r.finite = totals.finite;
+  if (last) grad_sum_squares_ = totals.sum_squares;
+  stats_.grad_d2h_bytes = accumulator_->d2h_bytes();
   stats_.adam_seconds += r.optimizer.adam_seconds;
   return r;
 }

@@ -7,10 +7,11 @@
 //   order), widened to fp32 into a device buffer, and released; the block inputs are kept
 //   (per-block activation checkpointing). Backward in reverse: each block's forward is recomputed
 //   from its checkpointed input, then its backward; each unit's gradients go to the offload core
-//   (GradAccumulator: fp32, host tier, spilled to NVMe when the pinned budget is short) as soon as
-//   they exist, multiplied by accumulate_scale. They cross to the host in the working precision
-//   (bf16 or fp16, rounded to nearest even), as DeepSpeed's are: half the link traffic, and an fp16
-//   gradient that overflows arrives as inf, which the accumulation reports (dynamic loss scaling). The head is tied to the embedding: the widened
+//   (GradAccumulator: host tier, spilled to NVMe when the pinned budget is short) as soon as they
+//   exist, multiplied by accumulate_scale. They cross to the host in the working precision (bf16
+//   or fp16, rounded to nearest even), as DeepSpeed's are: half the link traffic, and an fp16
+//   gradient that overflows arrives as inf, which the accumulation reports (dynamic loss
+//   scaling). The head is tied to the embedding: the widened
 //   embedding kept from the forward serves the head, and the embedding's gradient collects both
 //   uses on the device before it is handed over once.
 // - OptimizerStep: Adam/AdamW over every unit. With the optimizer state on NVMe, the pipelined
@@ -22,13 +23,21 @@
 // Homes: param16 on NVMe when params_on_nvme or optimizer_on_nvme (the optimizer pipeline writes
 // them there), else in host memory; gradients (16-bit with one micro-batch a step, else fp32
 // sums: ExecutorOptions::micro_batches) on NVMe whenever the runtime has a swap space.
-// Device memory (activations, widened weights, one unit's gradients) is allocated once from the
-// device budget at Create; what remains holds the param16 copies. Too small a budget is refused
-// at Create with the numbers.
+// Device memory (activations, widened weights, one unit's gradients) is a block of the runtime's
+// device arena taken at Create; the rest of the arena and of the pinned pool is then sealed into
+// the tier manager's slots for the shards (each size's copy in use and one in transfer at the
+// least: SealPlan), so nothing is allocated or freed on the device after Create and a step can
+// never run out of memory mid-run. Too small a budget is refused at Create with the numbers.
+// No host synchronization per unit: a unit's weights are waited for on the compute stream (an
+// event of the h2d copy; the CPU backend, computing on this thread, waits on the host), the copy
+// is released with the event after its last use, and gradients go to the host through the
+// accumulator's own stream and worker thread; the host waits once per micro-batch (the loss
+// read-back, the hand-overs' totals).
 //
 // Thread-safety: one thread drives an executor (it owns the Backend's stream).
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -82,6 +91,7 @@ struct ExecutorStats {
   uint64_t optimizer_bytes_read = 0;     // the optimizer pipeline's NVMe traffic, all steps
   uint64_t optimizer_bytes_written = 0;
   double optimizer_wait_seconds = 0;     // forward waiting for the optimizer's new weights
+  uint64_t grad_d2h_bytes = 0;           // gradients copied to the host, all steps
 };
 
 // The three bounds of a step, each measured alone (--profile).
@@ -151,9 +161,19 @@ class LayerExecutor {
   LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, const GptDims& d,
                 const ExecutorOptions& o);
   Status Setup();
-  Status CheckPinnedRoom() const;
   Status RegisterShards();
+  // The device memory: checks that the budget holds the buffers, the backend's and the least
+  // the 16-bit weights need, then takes the buffers from the arena.
   Status AllocateDevice();
+  // The leases the executor holds at once, per tier and role (the tier manager's plan).
+  offload::SealOptions SealPlan() const;
+  // Checks the pinned budget (with a message naming the numbers), then seals the tiers.
+  Status SealTiers();
+  // Makes the backend's next work wait for `event` (a stream wait on CUDA, a host wait for the
+  // CPU backend, whose ops run on this thread).
+  Status ComputeWaits(const Event& event);
+  // The event after the backend's work so far (empty for the CPU backend: done already).
+  Result<Event> ComputeDone();
   // Acquires unit's param16 on the device, widens it into dst (fp32), releases it.
   Status FetchWeights(uint32_t unit, float* dst);
   Status Upload(const int32_t* tokens, const int32_t* targets);
@@ -161,12 +181,15 @@ class LayerExecutor {
   // The gradient shards' element type (see ExecutorOptions::micro_batches) and their bytes.
   kernels::DType GradType() const;
   uint64_t GradBytes(uint64_t n) const;
-  Status HandOverGrad(uint32_t unit, const float* grad, float scale, bool first, bool last,
-                      bool* finite);
+  // Starts the unit's gradient hand-over (GradAccumulator::Submit): never waits on the device.
+  Status HandOverGrad(uint32_t unit, const float* grad, float scale, bool first, bool last);
   // One unit's optimizer step (its gradients final), new param16 home, gradients discarded.
   Status StepUnit(uint32_t unit, const kernels::AdamHyper& hyper, offload::OptimizerStepStats* st);
+  // Whole-extent transfers of optimizer state through the pipeline's first slab (idle between
+  // steps): no memory outside the pinned budget.
   Status WriteNvme(const offload::Extent& e, const void* src, uint64_t bytes);
   Status ReadNvme(const offload::Extent& e, void* dst, uint64_t bytes);
+  uint8_t* BounceBuffer() const;
 
   OffloadRuntime& rt_;
   Backend<float>& be_;
@@ -190,7 +213,12 @@ class LayerExecutor {
   float *xs_ = nullptr, *acts_ = nullptr, *head_ = nullptr, *dres_ = nullptr,
         *scratch_ = nullptr, *wbuf_ = nullptr, *wemb_ = nullptr, *gbuf_ = nullptr,
         *gemb_ = nullptr;
-  void* g16_ = nullptr;  // one unit's gradient in the working precision, for the hand-over
+  // Hand-overs of gradients in flight at once (GradAccumulator depth).
+  static constexpr unsigned kHandOverDepth = 2;
+  // One unit's gradient in the working precision, for the hand-over; reused once the copy of
+  // the previous one has read it (g16_free_: a block's backward later, long done).
+  void* g16_ = nullptr;
+  Event g16_free_;
   // The asynchronous optimizer step (NVMe pipeline on its own thread).
   void WaitUnitWritten(uint32_t unit);
   std::future<Result<offload::OptimizerStepStats>> opt_future_;

@@ -77,6 +77,10 @@ std::string TrainSummary::ToJson() const {
                       {"device_budget_bytes", device_budget_bytes},
                       {"peak_pinned_bytes", peak_pinned_bytes},
                       {"prefetch_hits", prefetch_hits},
+                      {"h2d_bytes", h2d_bytes},
+                      {"d2h_bytes", d2h_bytes},
+                      {"device_evictions", device_evictions},
+                      {"host_evictions", host_evictions},
                       {"prefetch_misses", prefetch_misses},
                       {"param16_installs", param16_installs},
                       {"pinned_budget_bytes", pinned_budget_bytes},
@@ -138,7 +142,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                                         .h2d_gbps = opt.h2d_gbps}));
   ZINF_ASSIGN_OR_RETURN(Stream * compute, rt->device->CreateStream("compute"));
   ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Backend<float>> backend,
-                        MakeBackend(*rt->device, compute, c.zinf.adam_threads));
+                        MakeBackend(*rt->device, compute, c.zinf.adam_threads,
+                                    rt->arena.get()));
   ExecutorOptions eo;
   eo.batch = static_cast<int>(B);
   eo.seq = static_cast<int>(T);
@@ -260,6 +265,11 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     const uint64_t opt_rd = after.optimizer_bytes_read, opt_wr = after.optimizer_bytes_written;
     const double rd = static_cast<double>(ts.nvme_read_bytes - prev.nvme_read_bytes + opt_rd - prev_opt_rd);
     const double wr = static_cast<double>(ts.nvme_write_bytes - prev.nvme_write_bytes + opt_wr - prev_opt_wr);
+    const double h2d = static_cast<double>(ts.h2d_bytes - prev.h2d_bytes);
+    const double d2h = static_cast<double>(ts.d2h_bytes - prev.d2h_bytes + after.grad_d2h_bytes -
+                                           before.grad_d2h_bytes);
+    const uint64_t dev_ev = ts.device_evictions - prev.device_evictions;
+    const uint64_t host_ev = ts.host_evictions - prev.host_evictions;
     prev = ts;
     prev_opt_rd = opt_rd;
     prev_opt_wr = opt_wr;
@@ -285,10 +295,12 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
       const double avg = time_total / static_cast<double>(step + 1);
       std::string line = fmt::format(
           "step {:>4}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | stall {:.0f}% | "
-          "nvme r {:.2f} w {:.2f} GB/s | {:.2f} s | ETA {}",
+          "nvme r {:.2f} w {:.2f} GB/s | h2d {:.2f} d2h {:.2f} GB/s | evicted dev {} host {} | "
+          "{:.2f} s | ETA {}",
           step + 1, opt.steps, loss, val >= 0 ? fmt::format(" (val {:.4f})", val) : "", lr, norm,
           static_cast<double>(sum.tokens_per_step) / dt, 100.0 * stall / dt, rd / dt / 1e9,
-          wr / dt / 1e9, dt, FormatEta(avg * static_cast<double>(opt.steps - step - 1)));
+          wr / dt / 1e9, h2d / dt / 1e9, d2h / dt / 1e9, dev_ev, host_ev, dt,
+          FormatEta(avg * static_cast<double>(opt.steps - step - 1)));
       if (skip) line += fp16 ? fmt::format(" | SKIPPED (overflow, scale now {:g})", scaler.scale())
                              : " | SKIPPED (non-finite gradients)";
       opt.progress(line);
@@ -306,9 +318,13 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.prefetch_hits = ts.prefetch_hits;
   sum.prefetch_misses = ts.prefetch_misses;
   sum.param16_installs = ts.installs;
-  sum.peak_device_bytes = rt->device->peak_bytes();
+  sum.peak_device_bytes = ts.peak_device_bytes;
   sum.device_budget_bytes = rt->device->budget_bytes();
-  sum.peak_pinned_bytes = rt->pool->peak_bytes();
+  sum.peak_pinned_bytes = ts.peak_host_bytes;
+  sum.h2d_bytes = ts.h2d_bytes;
+  sum.d2h_bytes = ts.d2h_bytes + es_total.grad_d2h_bytes;
+  sum.device_evictions = ts.device_evictions;
+  sum.host_evictions = ts.host_evictions;
   if (sum.steps > 0) {
     const ExecutorStats es = ex->stats();
     const double n = static_cast<double>(sum.steps);

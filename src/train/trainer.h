@@ -60,6 +60,9 @@ struct TrainSummary {
   // Tier manager: acquires that found their copy in place / had to fetch it; the optimizer's
   // new 16-bit weights put straight into the host tier (not read back from NVMe).
   uint64_t prefetch_hits = 0, prefetch_misses = 0, param16_installs = 0;
+  // Device link traffic (weights up; gradients and write-backs down) and evictions per tier:
+  // device_evictions > 0 shows the device tier paging within a step.
+  uint64_t h2d_bytes = 0, d2h_bytes = 0, device_evictions = 0, host_evictions = 0;
   uint64_t peak_device_bytes = 0, device_budget_bytes = 0;
   uint64_t peak_pinned_bytes = 0, pinned_budget_bytes = 0;
   std::string device, backend, io_engine;

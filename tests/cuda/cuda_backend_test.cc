@@ -380,6 +380,7 @@ class Bf16GemmInputs final : public Backend<float> {
     return be_->Narrow(out, in, type, n);
   }
   Status Synchronize() override { return be_->Synchronize(); }
+  bool RunsOnCallingThread() const override { return be_->RunsOnCallingThread(); }
 
  private:
   static std::vector<float> Round(const float* x, size_t n) {

@@ -23,6 +23,7 @@ namespace {
 struct Rig {
   zinf::testing::TempDir dir;
   std::unique_ptr<Device> device;
+  std::unique_ptr<DeviceArena> arena;  // half the device budget; the test allocates the rest
   std::unique_ptr<io::Engine> engine;
   std::unique_ptr<SwapSpace> swap;
   std::unique_ptr<PinnedPool> pool;
@@ -35,7 +36,8 @@ struct Rig {
     ZINF_ASSIGN_OR_RETURN(swap, SwapSpace::Create(*engine, {.dirs = {dir.path()},
                                                             .size = 32 << 20}));
     ZINF_ASSIGN_OR_RETURN(pool, PinnedPool::Create({.budget_bytes = pinned_budget}));
-    ZINF_ASSIGN_OR_RETURN(tm, TierManager::Create(*device, *pool, swap.get(), {.prefetch = false}));
+    ZINF_ASSIGN_OR_RETURN(arena, DeviceArena::Create(*device, 8 << 20));
+    ZINF_ASSIGN_OR_RETURN(tm, TierManager::Create(*arena, *pool, swap.get(), {.prefetch = false}));
     return Status::Ok();
   }
 };
@@ -43,9 +45,11 @@ struct Rig {
 TEST(GradAccumulatorTest, SumsMicroBatchesAcrossUnitsThatSpillToNvme) {
   Rig rig;
   constexpr size_t kN = 50000;  // 200 KB of fp32 per unit
-  // Pinned room for the staging block and about two accumulators: six units must spill.
-  ASSERT_TRUE(rig.Make(3 * 4 * kN + 3 * 4096 + (64 << 10)).ok());
-  auto acc = GradAccumulator::Create(*rig.tm, *rig.device, *rig.pool, kN);
+  // Pinned room for two 16-bit staging blocks and two accumulators (the one in use and one in
+  // transfer): six units must spill.
+  ASSERT_TRUE(rig.Make(2 * 2 * kN + 2 * (4 * kN + 4096) + (16 << 10)).ok());
+  auto acc = GradAccumulator::Create(*rig.tm, *rig.device, *rig.pool,
+                                     {.max_unit_elems = kN, .device_grad_bytes = 2});
   ASSERT_TRUE(acc.ok()) << acc.status().ToString();
   Stream* up = *rig.device->CreateStream("upload");
   void* staging = *rig.device->AllocatePinned(2 * kN);
@@ -101,8 +105,10 @@ TEST(GradAccumulatorTest, SumsMicroBatchesAcrossUnitsThatSpillToNvme) {
 TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
   Rig rig;
   constexpr size_t kN = 50000;
-  ASSERT_TRUE(rig.Make(2 * (2 * kN + 4096)).ok());  // two shards' room
-  auto acc = GradAccumulator::Create(*rig.tm, *rig.device, *rig.pool, kN, /*fp32_shards=*/false);
+  // Two 16-bit shards' room (the one in use and one in transfer) and one fp32 shard's.
+  ASSERT_TRUE(rig.Make(2 * (2 * kN + 4096) + (4 * kN + 4096)).ok());
+  auto acc = GradAccumulator::Create(*rig.tm, *rig.device, *rig.pool,
+                                     {.max_unit_elems = kN, .fp32_shards = false, .depth = 1});
   ASSERT_TRUE(acc.ok()) << acc.status().ToString();
   EXPECT_EQ(rig.pool->bytes_in_use(), 0u) << "no staging block for 16-bit shards";
   Stream* up = *rig.device->CreateStream("upload");
@@ -114,19 +120,27 @@ TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
     return rig.device->CopyToDevice(up, dev_grad, staging, 2 * kN).ok() &&
            rig.device->StreamSynchronize(up).ok();
   };
-  for (kernels::DType type : {kernels::DType::kBf16, kernels::DType::kF16}) {
+  constexpr int kUnits = 5;
+  const kernels::DType types[] = {kernels::DType::kBf16, kernels::DType::kF16};
+  std::vector<ShardId> shards[2];
+  for (int t = 0; t < 2; ++t) {
+    for (int u = 0; u < kUnits; ++u) {
+      auto id = rig.tm->Register({.name = fmt::format("{}grad{}", kernels::DTypeName(types[t]), u),
+                                 .role = Role::kGrad, .bytes = 2 * kN});
+      ASSERT_TRUE(id.ok());
+      shards[t].push_back(*id);
+    }
+  }
+  auto f32 = rig.tm->Register({.name = "f32grad", .role = Role::kGrad, .bytes = 4 * kN});
+  ASSERT_TRUE(f32.ok());
+  for (int t = 0; t < 2; ++t) {
+    const kernels::DType type = types[t];
     SCOPED_TRACE(std::string(kernels::DTypeName(type)));
-    constexpr int kUnits = 5;
-    std::vector<ShardId> shards;
     std::vector<std::vector<uint16_t>> want(kUnits, std::vector<uint16_t>(kN));
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0, 1);
     double sum_squares = 0, want_sum_squares = 0;
     for (int u = 0; u < kUnits; ++u) {
-      auto id = rig.tm->Register({.name = fmt::format("{}grad{}", kernels::DTypeName(type), u),
-                                 .role = Role::kGrad, .bytes = 2 * kN});
-      ASSERT_TRUE(id.ok());
-      shards.push_back(*id);
       std::vector<float> w(kN);
       for (size_t i = 0; i < kN; ++i) {
         const float x = normal(rng);
@@ -137,7 +151,7 @@ TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
       }
       want_sum_squares += kernels::cpu::SumSquares(w.data(), kN);
       ASSERT_TRUE(upload(want[u]));
-      auto finite = (*acc)->Accumulate(*id, dev_grad, type, kN, 1.0f, true, &sum_squares);
+      auto finite = (*acc)->Accumulate(shards[t][u], dev_grad, type, kN, 1.0f, true, &sum_squares);
       ASSERT_TRUE(finite.ok()) << finite.status().ToString();
       EXPECT_TRUE(*finite);
     }
@@ -146,24 +160,22 @@ TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
     ASSERT_TRUE(rig.tm->Flush().ok());
     std::vector<uint16_t> got(kN);
     for (int u = 0; u < kUnits; ++u) {
-      ASSERT_TRUE(rig.tm->ReadHome(shards[u], got.data()).ok());
+      ASSERT_TRUE(rig.tm->ReadHome(shards[t][u], got.data()).ok());
       EXPECT_TRUE(got == want[u]) << "unit " << u;
     }
     // A NaN is reported; a later micro-batch or a scale other than 1 cannot be stored.
     std::vector<uint16_t> bad(kN, 0);
     bad[kN / 3] = 0x7fc0;  // NaN in bf16; in fp16 0x7fc0 is a NaN too
     ASSERT_TRUE(upload(bad));
-    auto finite = (*acc)->Accumulate(shards[0], dev_grad, type, kN, 1.0f, true);
+    auto finite = (*acc)->Accumulate(shards[t][0], dev_grad, type, kN, 1.0f, true);
     ASSERT_TRUE(finite.ok());
     EXPECT_FALSE(*finite);
-    EXPECT_EQ((*acc)->Accumulate(shards[0], dev_grad, type, kN, 1.0f, false).status().code(),
+    EXPECT_EQ((*acc)->Accumulate(shards[t][0], dev_grad, type, kN, 1.0f, false).status().code(),
               StatusCode::kInvalidArgument);
-    EXPECT_EQ((*acc)->Accumulate(shards[0], dev_grad, type, kN, 0.5f, true).status().code(),
+    EXPECT_EQ((*acc)->Accumulate(shards[t][0], dev_grad, type, kN, 0.5f, true).status().code(),
               StatusCode::kInvalidArgument);
   }
-  // An fp32 shard needs the staging block this accumulator was made without.
-  auto f32 = rig.tm->Register({.name = "f32grad", .role = Role::kGrad, .bytes = 4 * kN});
-  ASSERT_TRUE(f32.ok());
+  // An fp32 shard needs the staging blocks this accumulator was made without.
   EXPECT_EQ(
       (*acc)->Accumulate(*f32, dev_grad, kernels::DType::kBf16, kN, 1.0f, true).status().code(),
       StatusCode::kFailedPrecondition);

@@ -147,14 +147,16 @@ TEST_P(OptimizerPipelineTest, GradientsFromTierManagerShardsMatchTooBitForBit) {
   Build(std::move(e).value());
   auto device = MakeHostDevice({.kind = DeviceKind::kHost, .budget_bytes = 8 << 20});
   ASSERT_TRUE(device.ok());
-  auto tm = TierManager::Create(**device, *pool_, space_.get(), {.prefetch = false});
+  auto arena = DeviceArena::Create(**device);
+  ASSERT_TRUE(arena.ok());
+  auto tm = TierManager::Create(**arena, *pool_, space_.get(), {.prefetch = false});
   ASSERT_TRUE(tm.ok()) << tm.status().ToString();
-  // The gradients live as fp32 shards homed on NVMe.
+  // The gradients live as fp32 shards homed on NVMe; the pipeline's slabs are taken before the
+  // tier manager seals the rest of the pool (the pipeline leases two gradients at once).
   for (size_t k = 0; k < units_.size(); ++k) {
     auto id = (*tm)->Register({.name = "grad" + std::to_string(k), .role = Role::kGrad,
                                .bytes = 4 * units_[k].n});
     ASSERT_TRUE(id.ok()) << id.status().ToString();
-    ASSERT_TRUE((*tm)->WriteHome(*id, mem_[k].grad.data()).ok());
     units_[k].grad = nullptr;
     units_[k].grad_shard = *id;
   }
@@ -163,6 +165,12 @@ TEST_P(OptimizerPipelineTest, GradientsFromTierManagerShardsMatchTooBitForBit) {
   o.grads = tm->get();
   auto pipe = OptimizerPipeline::Create(*space_, *pool_, 200000, o);
   ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
+  SealOptions seal;
+  seal.max_leases[static_cast<int>(Tier::kHost)][static_cast<int>(Role::kGrad)] = 2;
+  ASSERT_TRUE((*tm)->Seal(seal).ok());
+  for (size_t k = 0; k < units_.size(); ++k) {
+    ASSERT_TRUE((*tm)->WriteHome(*units_[k].grad_shard, mem_[k].grad.data()).ok());
+  }
   kernels::AdamHyper h;
   h.lr = 1e-2f;
   for (int step = 1; step <= 2; ++step) {

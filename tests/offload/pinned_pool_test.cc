@@ -17,7 +17,7 @@ TEST(PinnedPoolTest, NeverExceedsTheBudget) {
   for (int i = 0; i < 2000; ++i) {
     if (!blocks.empty() && rng() % 3 == 0) {
       size_t k = rng() % blocks.size();
-      (*pool)->Free(blocks[k]);
+      ASSERT_TRUE((*pool)->Free(blocks[k]).ok());
       blocks.erase(blocks.begin() + static_cast<long>(k));
     } else {
       auto b = (*pool)->Allocate(1 + rng() % (96 << 10));
@@ -31,7 +31,7 @@ TEST(PinnedPoolTest, NeverExceedsTheBudget) {
     ASSERT_LE((*pool)->bytes_in_use(), (*pool)->budget_bytes());
   }
   EXPECT_LE((*pool)->peak_bytes(), (*pool)->budget_bytes());
-  for (auto& b : blocks) (*pool)->Free(b);
+  for (auto& b : blocks) ASSERT_TRUE((*pool)->Free(b).ok());
   EXPECT_EQ((*pool)->bytes_in_use(), 0u);
   // Everything coalesced back into one block.
   EXPECT_EQ((*pool)->largest_free_block(), (*pool)->budget_bytes());
@@ -45,7 +45,41 @@ TEST(PinnedPoolTest, RefusalNamesTheNumbers) {
   auto b = (*pool)->Allocate(32 << 10);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("budget 65536"), std::string::npos) << b.status().message();
-  EXPECT_NE(b.status().message().find("in use 49152"), std::string::npos);
+  EXPECT_NE(b.status().message().find("49152 in use"), std::string::npos);
+  // The exact bytes asked and the rounded request both appear.
+  EXPECT_NE(b.status().message().find("32768 bytes asked"), std::string::npos);
+}
+
+// A double free (or a block from elsewhere) was silently ignored; it is refused now, and the
+// pool's accounting is untouched.
+TEST(PinnedPoolTest, DoubleFreeAndForeignBlocksAreRefusedLoudly) {
+  auto pool = PinnedPool::Create({.budget_bytes = 64 << 10});
+  ASSERT_TRUE(pool.ok());
+  auto a = (*pool)->Allocate(8 << 10);
+  auto b = (*pool)->Allocate(8 << 10);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*pool)->Free(*a).ok());
+  Status twice = (*pool)->Free(*a);
+  EXPECT_EQ(twice.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.message().find("double free"), std::string::npos) << twice.message();
+  PinnedBlock inside{b->data + 4096, 4096};  // not the start of a block
+  EXPECT_EQ((*pool)->Free(inside).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*pool)->bytes_in_use(), 8u << 10);
+  ASSERT_TRUE((*pool)->Free(*b).ok());
+  EXPECT_EQ((*pool)->bytes_in_use(), 0u);
+}
+
+TEST(PinnedPoolTest, AllocateRestTakesTheLargestFreeBlockWhole) {
+  auto pool = PinnedPool::Create({.budget_bytes = 64 << 10});
+  ASSERT_TRUE(pool.ok());
+  auto a = (*pool)->Allocate(16 << 10);
+  ASSERT_TRUE(a.ok());
+  PinnedBlock rest = (*pool)->AllocateRest();
+  EXPECT_EQ(rest.bytes, 48u << 10);
+  EXPECT_EQ((*pool)->bytes_in_use(), 64u << 10);
+  EXPECT_FALSE((*pool)->AllocateRest());  // nothing left: an empty block, not an error
+  ASSERT_TRUE((*pool)->Free(rest).ok());
+  ASSERT_TRUE((*pool)->Free(*a).ok());
 }
 
 TEST(PinnedPoolTest, RefusesAnImpossibleBudget) {

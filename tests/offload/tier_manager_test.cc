@@ -29,6 +29,7 @@ using zinf::testing::TempDir;
 struct Rig {
   TempDir dir;
   std::unique_ptr<Device> device;
+  std::unique_ptr<DeviceArena> arena;
   std::unique_ptr<io::Engine> engine;
   io::FaultInjectingBackend* faults = nullptr;
   std::unique_ptr<SwapSpace> swap;
@@ -47,21 +48,44 @@ struct Rig {
     ZINF_ASSIGN_OR_RETURN(swap, SwapSpace::Create(*engine, {.dirs = {dir.path()},
                                                             .size = 64 << 20}));
     ZINF_ASSIGN_OR_RETURN(pool, PinnedPool::Create({.budget_bytes = pinned_budget}));
-    ZINF_ASSIGN_OR_RETURN(tm, TierManager::Create(*device, *pool, swap.get(),
+    ZINF_ASSIGN_OR_RETURN(arena, DeviceArena::Create(*device));
+    ZINF_ASSIGN_OR_RETURN(tm, TierManager::Create(*arena, *pool, swap.get(),
                                                   {.prefetch = prefetch}));
     return Status::Ok();
+  }
+
+  // Seals with `device` and `host` leases of every role held at once, and these spares.
+  Status Seal(uint32_t device, uint32_t host, uint32_t device_spare = 0, uint32_t host_spare = 1) {
+    SealOptions o;
+    o.max_leases[0].fill(device);
+    o.max_leases[1].fill(host);
+    o.spare = {device_spare, host_spare};
+    return tm->Seal(o);
   }
 };
 
 // Registers n shards of kShard bytes homed on NVMe, shard i filled with the byte i.
 constexpr uint64_t kShard = 256 << 10;
+// Every shard is registered before the first WriteHome (which seals the manager).
 void RegisterFilled(TierManager& tm, int n, const char* prefix, std::vector<ShardId>* ids) {
+  const size_t first = ids->size();
   for (int i = 0; i < n; ++i) {
     auto id = tm.Register({.name = fmt::format("{}{}", prefix, i), .bytes = kShard});
     ASSERT_TRUE(id.ok()) << id.status().ToString();
-    std::vector<uint8_t> c(kShard, static_cast<uint8_t>(i));
-    ASSERT_TRUE(tm.WriteHome(*id, c.data()).ok());
     ids->push_back(*id);
+  }
+  for (int i = 0; i < n; ++i) {
+    std::vector<uint8_t> c(kShard, static_cast<uint8_t>(i));
+    ASSERT_TRUE(tm.WriteHome((*ids)[first + i], c.data()).ok());
+  }
+}
+
+// For a manager sealed after registering n shards (ids 0..n-1): fills shard i with the byte i.
+void RegisterFilledSealed(TierManager& tm, int n, std::vector<ShardId>* ids) {
+  for (int i = 0; i < n; ++i) {
+    std::vector<uint8_t> c(kShard, static_cast<uint8_t>(i));
+    ASSERT_TRUE(tm.WriteHome(static_cast<ShardId>(i), c.data()).ok());
+    ids->push_back(static_cast<ShardId>(i));
   }
 }
 
@@ -80,6 +104,7 @@ std::vector<uint8_t> Bytes(void* p, uint64_t n) {
 }
 
 TEST(TierManagerTest, RandomTracesKeepBudgetsAndData) {
+  int refused = 0;
   for (uint64_t seed = 1; seed <= 16; ++seed) {
     std::mt19937_64 rng(seed);
     Rig rig;
@@ -100,11 +125,21 @@ TEST(TierManagerTest, RandomTracesKeepBudgetsAndData) {
       if (!id.ok()) continue;  // a host-homed shard may not fit the pinned budget: refused
       std::vector<uint8_t> content(bytes);
       FillRandom(content.data(), bytes, seed * 100 + i);
-      ASSERT_TRUE(rig.tm->WriteHome(*id, content.data()).ok());
       ids.push_back(*id);
       model.push_back(std::move(content));
     }
     ASSERT_GE(ids.size(), 6u);
+    // One lease at a time; a plan whose size classes do not fit is refused at start (and
+    // counted), never mid-run.
+    Status sealed = rig.Seal(1, 1);
+    if (!sealed.ok()) {
+      ASSERT_EQ(sealed.code(), StatusCode::kResourceExhausted) << sealed.ToString();
+      ++refused;
+      continue;
+    }
+    for (size_t k = 0; k < ids.size(); ++k) {
+      ASSERT_TRUE(rig.tm->WriteHome(ids[k], model[k].data()).ok());
+    }
     // A fixed random trace, replayed for three steps (so prefetch and Belady run too).
     std::vector<std::pair<size_t, Tier>> trace;
     for (int k = 0; k < 60; ++k) {
@@ -124,8 +159,8 @@ TEST(TierManagerTest, RandomTracesKeepBudgetsAndData) {
           model[k] = Bytes(*p, model[k].size());
         }
         ASSERT_TRUE(rig.tm->Release(std::move(*lease), write).ok());
-        ASSERT_LE(rig.device->bytes_in_use(), dev_budget);
-        ASSERT_LE(rig.pool->bytes_in_use(), pin_budget);
+        ASSERT_LE(rig.tm->stats().peak_device_bytes, dev_budget);
+        ASSERT_LE(rig.tm->stats().peak_host_bytes, pin_budget);
       }
       rig.tm->EndStep();
     }
@@ -140,6 +175,7 @@ TEST(TierManagerTest, RandomTracesKeepBudgetsAndData) {
     EXPECT_LE(st.peak_host_bytes, pin_budget);
     EXPECT_GT(st.evictions, 0u) << "budgets too loose for the test to mean anything";
   }
+  EXPECT_LE(refused, 8) << "most random plans should fit their budgets";
 }
 
 TEST(TierManagerTest, RepeatedTraceWithEnoughBudgetHasNoMissesInStepTwo) {
@@ -197,7 +233,7 @@ TEST(TierManagerTest, PrefetchReachesOnlyPrefetchUnitsAhead) {
   Rig rig;
   ASSERT_TRUE(rig.Make(16 << 20, 16 << 20).ok());
   rig.tm.reset();
-  auto tm = TierManager::Create(*rig.device, *rig.pool, rig.swap.get(), {.prefetch_units = 1});
+  auto tm = TierManager::Create(*rig.arena, *rig.pool, rig.swap.get(), {.prefetch_units = 1});
   ASSERT_TRUE(tm.ok()) << tm.status().ToString();
   std::vector<ShardId> ids;
   for (uint32_t u = 0; u < 8; ++u) {
@@ -250,9 +286,10 @@ TEST(TierManagerTest, FailedWriteBackLeavesTheCopyDirtyAndReportsIt) {
   for (int i = 0; i < 3; ++i) {
     auto id = rig.tm->Register({.name = fmt::format("g{}", i), .bytes = 256 << 10});
     ASSERT_TRUE(id.ok());
-    ASSERT_TRUE(rig.tm->WriteHome(*id, old_bytes.data()).ok());
     ids.push_back(*id);
   }
+  ASSERT_TRUE(rig.Seal(1, 2, 0, 0).ok());  // two host slots, both for leases
+  for (ShardId id : ids) ASSERT_TRUE(rig.tm->WriteHome(id, old_bytes.data()).ok());
   // Make shard 0 dirty in pinned memory.
   auto l0 = rig.tm->Acquire(ids[0], Tier::kHost);
   ASSERT_TRUE(l0.ok());
@@ -285,7 +322,10 @@ TEST(TierManagerTest, FailedWriteBackLeavesTheCopyDirtyAndReportsIt) {
   EXPECT_EQ(home, new_bytes);
 }
 
-TEST(TierManagerTest, AcquiringMoreThanFitsWhileHoldingLeasesFailsInsteadOfHanging) {
+// A lease beyond what was declared at Seal is refused at once, naming the role and the tier,
+// instead of waiting for memory that the plan never set aside for it (the old first-fit pool
+// could hang or fail here depending on fragmentation).
+TEST(TierManagerTest, AcquiringMoreLeasesThanDeclaredFailsInsteadOfHanging) {
   Rig rig;
   ASSERT_TRUE(rig.Make(2 * (256 << 10), 8 << 20).ok());
   std::vector<ShardId> ids;
@@ -294,13 +334,16 @@ TEST(TierManagerTest, AcquiringMoreThanFitsWhileHoldingLeasesFailsInsteadOfHangi
     ASSERT_TRUE(id.ok());
     ids.push_back(*id);
   }
+  ASSERT_TRUE(rig.Seal(2, 1).ok());
   auto a = rig.tm->Acquire(ids[0], Tier::kDevice);
   auto b = rig.tm->Acquire(ids[1], Tier::kDevice);
   ASSERT_TRUE(a.ok() && b.ok());
   auto c = rig.tm->Acquire(ids[2], Tier::kDevice);
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(c.status().message().find("leased"), std::string::npos) << c.status().message();
+  EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("2 lease(s) of role param16"), std::string::npos)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("device tier"), std::string::npos);
   ASSERT_TRUE(a->Wait().ok());
   ASSERT_TRUE(rig.tm->Release(std::move(*a), false).ok());
   ASSERT_TRUE(rig.tm->Release(std::move(*b), false).ok());
@@ -310,70 +353,30 @@ TEST(TierManagerTest, AcquiringMoreThanFitsWhileHoldingLeasesFailsInsteadOfHangi
   ASSERT_TRUE(rig.tm->Release(std::move(*d), false).ok());
 }
 
-// Memory held by another thread's lease is waited for: its Release makes room.
-TEST(TierManagerTest, AnAcquireWaitsForAnotherThreadsRelease) {
+// The plan refuses, at Seal, a budget that cannot hold the declared leases of each size class,
+// naming what each class needs; a plan that fits is accepted, and MinimumSealBytes says the
+// bytes it needs.
+TEST(TierManagerTest, SealRefusesAPlanThatCannotHoldTheDeclaredLeases) {
   Rig rig;
-  ASSERT_TRUE(rig.Make(2 * kShard, 8 << 20).ok());
+  ASSERT_TRUE(rig.Make(2 * kShard, 2 * kShard).ok());
   std::vector<ShardId> ids;
-  RegisterFilled(*rig.tm, 3, "w", &ids);
-  if (HasFatalFailure()) return;
-  std::promise<void> held;
-  std::atomic<bool> released{false};
-  std::thread other([&] {
-    auto a = rig.tm->Acquire(ids[0], Tier::kDevice);
-    auto b = rig.tm->Acquire(ids[1], Tier::kDevice);
-    ASSERT_TRUE(a.ok() && b.ok());
-    ASSERT_TRUE(a->Wait().ok() && b->Wait().ok());
-    held.set_value();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    released = true;
-    ASSERT_TRUE(rig.tm->Release(std::move(*a), false).ok());
-    ASSERT_TRUE(rig.tm->Release(std::move(*b), false).ok());
-  });
-  held.get_future().wait();
-  auto c = rig.tm->Acquire(ids[2], Tier::kDevice);
-  other.join();
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto p = c->Wait();
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_TRUE(released.load());
-  EXPECT_EQ(Bytes(*p, kShard), std::vector<uint8_t>(kShard, 2));
-  ASSERT_TRUE(rig.tm->Release(std::move(*c), false).ok());
-}
-
-// Two threads each holding what the other needs: one of them fails (it does not wait for a
-// thread that is itself waiting), releases, and the other then gets its memory.
-TEST(TierManagerTest, TwoThreadsWaitingOnEachOtherDoNotDeadlock) {
-  Rig rig;
-  ASSERT_TRUE(rig.Make(2 * kShard, 8 << 20).ok());
-  std::vector<ShardId> ids;
-  RegisterFilled(*rig.tm, 4, "w", &ids);
-  if (HasFatalFailure()) return;
-  std::barrier both(2);
-  std::atomic<int> failures{0}, successes{0};
-  auto run = [&](ShardId mine, ShardId extra) {
-    auto a = rig.tm->Acquire(mine, Tier::kDevice);
-    ASSERT_TRUE(a.ok());
-    ASSERT_TRUE(a->Wait().ok());
-    both.arrive_and_wait();
-    auto b = rig.tm->Acquire(extra, Tier::kDevice);
-    if (!b.ok()) {
-      EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted) << b.status().ToString();
-      ++failures;
-    } else {
-      EXPECT_TRUE(b->Wait().ok());
-      ++successes;
-    }
-    ASSERT_TRUE(rig.tm->Release(std::move(*a), false).ok());
-    if (b.ok()) {
-      ASSERT_TRUE(rig.tm->Release(std::move(*b), false).ok());
-    }
-  };
-  std::thread t1(run, ids[0], ids[2]), t2(run, ids[1], ids[3]);
-  t1.join();
-  t2.join();
-  EXPECT_EQ(failures.load(), 1);
-  EXPECT_EQ(successes.load(), 1);
+  for (int i = 0; i < 4; ++i) {
+    auto id = rig.tm->Register({.name = fmt::format("w{}", i), .bytes = kShard});
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+  }
+  SealOptions three;
+  three.max_leases[0].fill(3);
+  EXPECT_EQ(rig.tm->MinimumSealBytes(three).device_bytes, 3 * kShard);
+  Status refused = rig.tm->Seal(three);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  EXPECT_NE(refused.message().find("device tier"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("3 x 262144 bytes"), std::string::npos) << refused.message();
+  EXPECT_FALSE(rig.tm->sealed());
+  ASSERT_TRUE(rig.Seal(2, 1).ok()) << "a plan that fits";
+  EXPECT_EQ(rig.tm->Seal().code(), StatusCode::kFailedPrecondition) << "sealed once";
+  EXPECT_EQ(rig.tm->Register({.name = "late", .bytes = kShard}).status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 // Two threads cycling dirty host copies through a pool of three: a copy being written back
@@ -383,7 +386,11 @@ TEST(TierManagerTest, WriteBacksInFlightAreWaitedForNotCountedAsLeases) {
   Rig rig;
   ASSERT_TRUE(rig.Make(2 * kShard, 3 * kShard).ok());
   std::vector<ShardId> ids;
-  RegisterFilled(*rig.tm, 8, "s", &ids);
+  for (int i = 0; i < 8; ++i) ids.push_back(*rig.tm->Register({.name = fmt::format("s{}", i),
+                                                               .bytes = kShard}));
+  ASSERT_TRUE(rig.Seal(1, 2).ok());  // a host lease per thread, and one slot in transfer
+  ids.clear();
+  RegisterFilledSealed(*rig.tm, 8, &ids);
   if (HasFatalFailure()) return;
   std::atomic<int> errors{0};
   auto run = [&](int first) {
@@ -423,7 +430,11 @@ TEST(TierManagerTest, AStagingCopyInFlightIsWaitedForNotCountedAsALease) {
   // One shard of pinned memory; h2d paced at 2.5 MB/s, so a 256 KiB copy takes ~0.1 s.
   ASSERT_TRUE(rig.Make(2 * kShard, kShard, /*prefetch=*/false, /*copy_gbps=*/0.0025).ok());
   std::vector<ShardId> ids;
-  RegisterFilled(*rig.tm, 2, "w", &ids);
+  for (int i = 0; i < 2; ++i) ids.push_back(*rig.tm->Register({.name = fmt::format("w{}", i),
+                                                               .bytes = kShard}));
+  ASSERT_TRUE(rig.Seal(1, 1, 0, 0).ok());  // one host slot: the lease's, or the staging's
+  ids.clear();
+  RegisterFilledSealed(*rig.tm, 2, &ids);
   if (HasFatalFailure()) return;
   auto on_device = rig.tm->Acquire(ids[0], Tier::kDevice);  // its host copy stages the h2d
   ASSERT_TRUE(on_device.ok()) << on_device.status().ToString();
@@ -446,7 +457,11 @@ TEST(TierManagerTest, InstallPendingServesNewContentAndHoldsItUntilTheHomeWrite)
   Rig rig;
   ASSERT_TRUE(rig.Make(2 * kShard, 2 * kShard, /*prefetch=*/false).ok());
   std::vector<ShardId> ids;
-  RegisterFilled(*rig.tm, 3, "w", &ids);
+  for (int i = 0; i < 3; ++i) ids.push_back(*rig.tm->Register({.name = fmt::format("w{}", i),
+                                                               .bytes = kShard}));
+  ASSERT_TRUE(rig.Seal(1, 2, 0, 0).ok());  // two host slots: two leases at once
+  ids.clear();
+  RegisterFilledSealed(*rig.tm, 3, &ids);
   if (HasFatalFailure()) return;
   Touch(*rig.tm, ids[0], Tier::kDevice);  // old copies in both tiers
   if (HasFatalFailure()) return;
@@ -498,54 +513,6 @@ TEST(TierManagerTest, InstallPendingServesNewContentAndHoldsItUntilTheHomeWrite)
   EXPECT_EQ(rig.tm->stats().installs, 2u);
 }
 
-// A thread writing a dirty device copy back waits for host memory held by another thread's
-// lease; that other thread then needs device memory, which only the copy being written back
-// would free. It must not wait for that copy (its writer waits on it): it fails, releases, and
-// the writer finishes.
-TEST(TierManagerTest, AWaitOnACopyWhoseMoverWaitsForTheWaiterFailsInsteadOfDeadlocking) {
-  Rig rig;
-  ASSERT_TRUE(rig.Make(kShard, kShard, /*prefetch=*/false).ok());
-  std::vector<ShardId> ids;  // z, x, y, w
-  RegisterFilled(*rig.tm, 4, "s", &ids);
-  if (HasFatalFailure()) return;
-  {
-    auto z = rig.tm->Acquire(ids[0], Tier::kDevice);
-    ASSERT_TRUE(z.ok());
-    auto p = z->Wait();
-    ASSERT_TRUE(p.ok());
-    std::memset(*p, 0x5a, kShard);
-    ASSERT_TRUE(rig.tm->Release(std::move(*z), true).ok());  // dirty on the device
-  }
-  std::promise<void> x_held;
-  std::atomic<bool> b_failed{false};
-  std::thread b([&] {
-    auto x = rig.tm->Acquire(ids[1], Tier::kHost);  // fills the host tier
-    ASSERT_TRUE(x.ok());
-    ASSERT_TRUE(x->Wait().ok());
-    x_held.set_value();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a is waiting by now
-    auto w = rig.tm->Acquire(ids[3], Tier::kDevice);
-    b_failed = !w.ok() && w.status().code() == StatusCode::kResourceExhausted;
-    if (w.ok()) {
-      (void)w->Wait();
-      rig.tm->Release(std::move(*w), false).IgnoreError();
-    }
-    ASSERT_TRUE(rig.tm->Release(std::move(*x), false).ok());
-  });
-  x_held.get_future().wait();
-  auto y = rig.tm->Acquire(ids[2], Tier::kDevice);  // evicts z: a write-back needing host room
-  auto yp = y.ok() ? y->Wait() : Result<void*>(y.status());
-  b.join();
-  EXPECT_TRUE(b_failed.load());
-  ASSERT_TRUE(yp.ok()) << yp.status().ToString();
-  EXPECT_EQ(Bytes(*yp, kShard), std::vector<uint8_t>(kShard, 2));
-  ASSERT_TRUE(rig.tm->Release(std::move(*y), false).ok());
-  ASSERT_TRUE(rig.tm->Flush().ok());
-  std::vector<uint8_t> home(kShard);
-  ASSERT_TRUE(rig.tm->ReadHome(ids[0], home.data()).ok());
-  EXPECT_EQ(home, std::vector<uint8_t>(kShard, 0x5a)) << "z's write-back landed";
-}
-
 TEST(TierManagerTest, RegistrationRefusesShardsThatCouldNeverFit) {
   Rig rig;
   ASSERT_TRUE(rig.Make(1 << 20, 4 << 20).ok());
@@ -558,7 +525,9 @@ TEST(TierManagerTest, RegistrationRefusesShardsThatCouldNeverFit) {
   ASSERT_TRUE(auto_dev.ok());
   auto pool = PinnedPool::Create({.budget_bytes = 1 << 20});
   ASSERT_TRUE(pool.ok());
-  auto tm = TierManager::Create(**auto_dev, **pool, nullptr, {});
+  auto auto_arena = DeviceArena::Create(**auto_dev);
+  ASSERT_TRUE(auto_arena.ok());
+  auto tm = TierManager::Create(**auto_arena, **pool, nullptr, {});
   ASSERT_TRUE(tm.ok()) << tm.status().ToString();
   auto no_swap = (*tm)->Register({.name = "x", .bytes = 4096, .home = Tier::kNvme});
   ASSERT_FALSE(no_swap.ok());

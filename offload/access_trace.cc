@@ -1,0 +1,82 @@
+#include "offload/access_trace.h"
+
+#include <algorithm>
+
+#include "offload/tier_manager.h"
+
+namespace zinf::offload {
+
+uint64_t AccessTrace::Key(ShardId id, Tier t) {
+  return (uint64_t{id} << 2) | static_cast<uint64_t>(t);
+}
+
+bool AccessTrace::Observe(ShardId id, Tier tier, bool overwrite) {
+  if (paused_) return true;
+  if (recording_) {
+    trace_.push_back({id, tier});
+    overwrite_.push_back(overwrite);
+    return true;
+  }
+  if (!valid_) return true;
+  if (pos_ < trace_.size() && trace_[pos_] == std::make_pair(id, tier)) {
+    pos_++;
+    return true;
+  }
+  valid_ = false;  // the order changed: on demand until the step ends, then record
+  return false;
+}
+
+bool AccessTrace::EndStep() {
+  if (recording_) {
+    recording_ = false;
+    valid_ = !trace_.empty();
+  } else if (valid_ && pos_ != trace_.size()) {
+    valid_ = false;  // a shorter step than the trace: record the next one
+  }
+  uses_.clear();
+  pos_ = 0;
+  if (!valid_) {
+    recording_ = true;
+    trace_.clear();
+    overwrite_.clear();
+    return false;
+  }
+  for (size_t i = 0; i < trace_.size(); ++i) uses_[Key(trace_[i].first, trace_[i].second)].push_back(i);
+  return true;
+}
+
+size_t AccessTrace::NextUse(ShardId id, Tier tier, size_t after) const {
+  auto it = uses_.find(Key(id, tier));
+  if (it == uses_.end() || it->second.empty()) return kNever;
+  const auto& v = it->second;
+  auto p = std::lower_bound(v.begin(), v.end(), after);
+  if (p != v.end()) return *p;
+  return v.front() + trace_.size();  // the next step repeats the trace
+}
+
+std::optional<ShardId> AccessTrace::PickVictim(Tier tier,
+                                               std::span<const VictimCandidate> candidates,
+                                               bool prefetch, size_t need_pos) const {
+  std::optional<ShardId> best;
+  size_t best_next = 0;
+  uint64_t best_tick = 0;
+  for (const VictimCandidate& c : candidates) {
+    if (valid_) {
+      const size_t next = NextUse(c.id, tier, pos_);
+      if (prefetch && next <= need_pos) continue;  // needed no later than what we fetch
+      if (!best || next > best_next) {
+        best = c.id;
+        best_next = next;
+      }
+    } else {
+      if (prefetch) continue;
+      if (!best || c.last_use < best_tick) {
+        best = c.id;
+        best_tick = c.last_use;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace zinf::offload

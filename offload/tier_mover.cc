@@ -1,0 +1,541 @@
+// TierManager's mover: slots (taking, evicting, giving back), loads from NVMe and over the h2d
+// link, write-backs, prefetch and installs. Every function here REQUIRES mu_ held; completion
+// callbacks take it themselves and make no device call (device.h's rules).
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "offload/tier_manager.h"
+#include "offload/tier_manager_internal.h"
+#include "src/base/log.h"
+#include "src/base/units.h"
+
+namespace zinf::offload {
+
+using Clock = std::chrono::steady_clock;
+
+void TierManager::LinkBusy(int link, int delta) {
+  auto now = Clock::now();
+  int before = link_active_[link];
+  link_active_[link] += delta;
+  if (before == 0 && link_active_[link] > 0) link_since_[link] = now;
+  if (before > 0 && link_active_[link] == 0) {
+    double s = std::chrono::duration<double>(now - link_since_[link]).count();
+    (link == 0 ? stats_.nvme_read_busy_seconds : stats_.nvme_write_busy_seconds) += s;
+  }
+}
+
+void TierManager::GiveSlot(ShardId id, Tier tier, Slot slot) {
+  tables_[static_cast<int>(tier)].Give(shards_[id]->cls[static_cast<int>(tier)], std::move(slot));
+}
+
+void TierManager::FreeCopy(ShardId id, Tier tier) {
+  Shard& s = *shards_[id];
+  Copy& c = s.copy[static_cast<int>(tier)];
+  if (tier == Tier::kHost && s.spec.home == Tier::kHost) return;  // the home stays
+  if (c.state == Copy::kAbsent) return;
+  if (c.state != Copy::kReady) {
+    // Its slot would be handed out while a transfer still writes or reads it.
+    Log().critical("tier: freeing {} {} while a transfer of it is in flight (a bug)",
+                   s.spec.name, TierName(tier));
+    Log().flush();
+    std::abort();
+  }
+  Log().debug("tier: free {} {} (dirty {}, stale {})", s.spec.name, TierName(tier), c.dirty,
+              c.stale);
+  Slot slot = std::move(c.slot);
+  // The next user of a device slot waits for the last users of this copy on its own stream.
+  if (tier == Tier::kDevice) {
+    for (Event& e : c.uses) slot.ready.push_back(std::move(e));
+  }
+  GiveSlot(id, tier, std::move(slot));
+  Copy fresh;
+  fresh.last_use = c.last_use;
+  fresh.leases = c.leases;
+  c = std::move(fresh);
+}
+
+Status TierManager::Reserve(std::unique_lock<std::mutex>& lock, Tier tier, ShardId id,
+                            bool prefetch, size_t need_pos, Slot* out) {
+  const int ti = static_cast<int>(tier);
+  const int cls = shards_[id]->cls[ti];
+  if (cls < 0) {
+    return Internal(fmt::format("shard {} has no {} slot class (registered after Seal?)",
+                                shards_[id]->spec.name, TierName(tier)));
+  }
+  SlotTable& t = tables_[ti];
+  bool announced = false;  // this call told the other waiters it waits too
+  std::vector<VictimCandidate> candidates, dirty;
+  while (true) {
+    if (t.Take(cls, out)) return Status::Ok();
+    // A victim among the unpinned, resident copies of this class.
+    bool transient = false;
+    int leased = 0;
+    candidates.clear();
+    dirty.clear();
+    for (ShardId j : members_[ti][cls]) {
+      Copy& c = shards_[j]->copy[ti];
+      if (c.state == Copy::kAbsent) continue;
+      if (c.state != Copy::kReady || c.pins > c.leases) {
+        // A load, write-back or copy in flight: its end frees or unpins it. Unless the thread
+        // moving it is itself waiting here for another thread's release: then it is counted
+        // like a lease (waiting on it could be a deadlock).
+        if (c.waiter == std::thread::id() || !reserving_.contains(c.waiter)) transient = true;
+        else leased++;
+        continue;
+      }
+      if (c.pins > 0) {
+        leased++;
+        continue;
+      }
+      if (prefetch && c.dirty) continue;  // a prefetch never waits for a write-back
+      (c.dirty ? dirty : candidates).push_back({j, c.last_use});
+    }
+    // A clean copy goes first (no write-back to wait for); a dirty one only when none is clean.
+    auto victim = trace_.PickVictim(tier, candidates, prefetch, need_pos);
+    if (!victim) victim = trace_.PickVictim(tier, dirty, prefetch, need_pos);
+    if (victim) {
+      ZINF_RETURN_IF_ERROR(Evict(lock, *victim, tier));
+      continue;
+    }
+    if (prefetch) {
+      return ResourceExhausted(fmt::format("prefetch: no room in the {} tier", TierName(tier)));
+    }
+    if (transient) {
+      cv_.wait(lock);  // a load or write-back in flight will settle
+      continue;
+    }
+    if (OtherHolderCanRelease(tier)) {
+      const auto me = std::this_thread::get_id();
+      reserving_.insert(me);
+      if (!announced) {
+        // A waiter for this thread's leases re-checks: waiting may no longer end. Once per
+        // call, so two waiters on a third do not wake each other in turn.
+        cv_.notify_all();
+        announced = true;
+      }
+      cv_.wait(lock);
+      reserving_.erase(me);
+      continue;
+    }
+    const SlotClassInfo& info = t.info(cls);
+    const Shard& s = *shards_[id];
+    const uint64_t bytes = tier == Tier::kHost ? s.host_bytes : s.spec.bytes;
+    return ResourceExhausted(fmt::format(
+        "{} tier: shard {} needs a slot of {} bytes ({}; the shard is {} bytes), but all {} "
+        "slots of that size are held: {} by leases (of them this thread's own, or by threads "
+        "that wait themselves) and {} by transfers that wait on this thread; release shards "
+        "before acquiring more, or declare more leases at Seal",
+        TierName(tier), s.spec.name, info.slot_bytes, FormatBytesHuman(info.slot_bytes), bytes,
+        info.slots, leased, info.slots - static_cast<uint32_t>(leased)));
+  }
+}
+
+Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier) {
+  Shard& s = *shards_[id];
+  Copy& c = s.copy[static_cast<int>(tier)];
+  if (!c.dirty) return Status::Ok();
+  const uint64_t version = c.version;
+  Log().debug("tier: write back {} {}", s.spec.name, TierName(tier));
+  if (tier == Tier::kDevice) {
+    Copy& h = s.copy[kHostIdx];
+    c.pins++;  // nobody may free it while it is read
+    if (h.state == Copy::kAbsent) {
+      Slot slot;
+      c.waiter = std::this_thread::get_id();
+      Status st = Reserve(lock, Tier::kHost, id, false, 0, &slot);
+      c.waiter = std::thread::id();
+      if (!st.ok()) {
+        c.pins--;
+        cv_.notify_all();  // a waiter may have seen this pin as a transfer in flight
+        return st.WithContext(fmt::format("writing {} back from the device", s.spec.name));
+      }
+      if (h.state == Copy::kAbsent) {
+        h.slot = std::move(slot);
+        h.ptr = h.slot.ptr;
+        h.state = Copy::kReady;
+      } else {
+        GiveSlot(id, Tier::kHost, std::move(slot));
+      }
+    }
+    while (h.state == Copy::kLoading || h.state == Copy::kWriting) cv_.wait(lock);
+    h.pins++;
+    // Readers of the host copy wait until the data has landed (unless a lease already holds it).
+    const bool landing = h.leases == 0;
+    if (landing) h.state = Copy::kLoading;
+    c.state = Copy::kWriting;
+    auto done = std::make_shared<bool>(false);
+    // The copy's writers (its lease holders' streams) finish before the d2h reads it.
+    Status st;
+    for (const Event& e : c.uses) {
+      if (st.ok()) st = device_.StreamWaitEvent(d2h_, e);
+    }
+    if (st.ok()) st = device_.CopyToHost(d2h_, h.ptr, c.ptr, s.spec.bytes);
+    if (st.ok()) {
+      st = device_.Launch(d2h_, [this, done, id, t0 = Clock::now()] {
+        std::lock_guard l(mu_);
+        Span("d2h", shards_[id]->spec.name, t0);
+        *done = true;
+        cv_.notify_all();
+        return Status::Ok();
+      });
+    }
+    if (st.ok()) {
+      cv_.wait(lock, [&] { return *done; });
+    }
+    c.state = Copy::kReady;
+    c.pins--;
+    h.pins--;
+    if (landing) h.state = Copy::kReady;
+    if (!st.ok()) {
+      h.stale = true;  // what landed is unknown; the device copy stays dirty
+      if (h.pins == 0 && h.state == Copy::kReady) FreeCopy(id, Tier::kHost);
+      cv_.notify_all();
+      return st.WithContext(fmt::format("copying {} to the host", s.spec.name));
+    }
+    stats_.d2h_bytes += s.spec.bytes;
+    if (c.version == version) {
+      c.dirty = false;
+      h.stale = false;  // it now holds the newest data
+      if (s.spec.home == Tier::kNvme) {
+        h.dirty = true;
+        h.version++;
+      }
+    } else {
+      // A lease wrote the device copy while it was being copied: what landed may be torn. The
+      // device copy stays dirty; the host copy is outdated (dropped once idle).
+      h.stale = true;
+      if (h.pins == 0 && h.state == Copy::kReady) FreeCopy(id, Tier::kHost);
+    }
+    cv_.notify_all();
+    return Status::Ok();
+  }
+  // Host copy to its NVMe home.
+  if (s.spec.home != Tier::kNvme) {
+    c.dirty = false;
+    return Status::Ok();
+  }
+  c.pins++;
+  c.state = Copy::kWriting;
+  auto result = std::make_shared<std::pair<bool, Status>>(false, Status::Ok());
+  LinkBusy(1, +1);
+  Status st = swap_->engine().Submit(
+      {io::OpKind::kWrite, swap_->file(), s.extent.offset, c.ptr, s.host_bytes},
+      [this, result, id, t0 = Clock::now()](const Status& r) {
+        std::lock_guard l(mu_);
+        Span("nvme write", shards_[id]->spec.name, t0);
+        *result = {true, r};
+        LinkBusy(1, -1);
+        cv_.notify_all();
+      });
+  if (st.ok()) {
+    cv_.wait(lock, [&] { return result->first; });
+    st = result->second;
+  } else {
+    LinkBusy(1, -1);
+  }
+  c.state = Copy::kReady;
+  c.pins--;
+  cv_.notify_all();
+  if (!st.ok()) {
+    // Not written: the copy stays resident and dirty.
+    return st.WithContext(fmt::format("writing shard {} home", s.spec.name));
+  }
+  stats_.nvme_write_bytes += s.host_bytes;
+  stats_.writebacks++;
+  if (c.version == version) c.dirty = false;
+  return Status::Ok();
+}
+
+Status TierManager::Evict(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier) {
+  Copy& c = shards_[id]->copy[static_cast<int>(tier)];
+  if (c.dirty) ZINF_RETURN_IF_ERROR(WriteBack(lock, id, tier));
+  // WriteBack released the lock: the copy may have been leased meanwhile.
+  if (c.pins > 0 || c.state != Copy::kReady || c.dirty) return Status::Ok();
+  FreeCopy(id, tier);
+  stats_.evictions++;
+  (tier == Tier::kDevice ? stats_.device_evictions : stats_.host_evictions)++;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void TierManager::StartHostToDevice(ShardId id) {
+  Shard& s = *shards_[id];
+  Copy& d = s.copy[kDev];
+  Copy& h = s.copy[kHostIdx];
+  s.device_wants_host = false;
+  Log().debug("tier: h2d {}", s.spec.name);
+  inflight_bytes_[1] += s.spec.bytes;
+  // The slot's previous users finish before the copy overwrites it: a stream wait, not a host
+  // wait.
+  Status st;
+  for (const Event& e : d.slot.ready) {
+    if (st.ok()) st = device_.StreamWaitEvent(h2d_, e);
+  }
+  if (st.ok()) d.slot.ready.clear();
+  if (st.ok()) st = device_.CopyToDevice(h2d_, d.ptr, h.ptr, s.spec.bytes);
+  if (st.ok()) {
+    auto ev = device_.Record(h2d_);
+    if (ev.ok()) {
+      d.loaded = *ev;
+      d.enqueued = true;
+    } else {
+      st = ev.status();
+    }
+  }
+  if (st.ok()) {
+    st = device_.Launch(h2d_, [this, id, t0 = Clock::now()] {
+      std::lock_guard l(mu_);
+      Shard& sh = *shards_[id];
+      Copy& dc = sh.copy[kDev];
+      Copy& hc = sh.copy[kHostIdx];
+      Span("h2d", sh.spec.name, t0);
+      dc.state = Copy::kReady;
+      dc.enqueued = false;
+      dc.loaded = Event();
+      hc.pins--;
+      if (dc.stale && dc.pins == 0) FreeCopy(id, Tier::kDevice);
+      if (hc.stale && hc.pins == 0 && hc.state == Copy::kReady) FreeCopy(id, Tier::kHost);
+      stats_.h2d_bytes += sh.spec.bytes;
+      inflight_bytes_[1] -= sh.spec.bytes;
+      cv_.notify_all();
+      return Status::Ok();
+    });
+  }
+  if (!st.ok()) {
+    inflight_bytes_[1] -= s.spec.bytes;
+    AbandonDeviceLoad(id, st);
+  }
+  cv_.notify_all();  // waiters for the transfer being enqueued
+}
+
+void TierManager::AbandonDeviceLoad(ShardId id, Status error) {
+  Shard& s = *shards_[id];
+  Copy& d = s.copy[kDev];
+  s.device_wants_host = false;
+  s.copy[kHostIdx].pins--;  // the staging pin taken when the device load started
+  Slot slot = std::move(d.slot);
+  // A copy already enqueued still writes the slot: its next user waits for it.
+  if (d.loaded.recorded()) slot.ready.push_back(d.loaded);
+  for (Event& e : d.uses) slot.ready.push_back(std::move(e));
+  GiveSlot(id, Tier::kDevice, std::move(slot));
+  d.slot = Slot();
+  d.uses.clear();
+  d.ptr = nullptr;
+  d.state = Copy::kAbsent;
+  d.enqueued = false;
+  d.loaded = Event();
+  d.error = std::move(error);
+  cv_.notify_all();
+}
+
+Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier,
+                              bool prefetch, size_t need_pos) {
+  Shard& s = *shards_[id];
+  Copy& c = s.copy[static_cast<int>(tier)];
+  if (tier == Tier::kHost) {
+    Copy& d = s.copy[kDev];
+    // The newest data is on the device: a missing host copy, or a home in pinned memory,
+    // is refreshed from it rather than from NVMe.
+    if (d.dirty && d.state != Copy::kAbsent &&
+        (c.state == Copy::kAbsent || s.spec.home == Tier::kHost)) {
+      if (prefetch) return ResourceExhausted("prefetch: newer data on the device");
+      while (d.state == Copy::kLoading || d.state == Copy::kWriting) cv_.wait(lock);
+      if (d.dirty) return WriteBack(lock, id, Tier::kDevice);
+    }
+  }
+  if (c.state != Copy::kAbsent) return Status::Ok();
+  c.error = Status::Ok();
+  if (tier == Tier::kHost) {
+    if (s.spec.home == Tier::kHost) return Status::Ok();
+    Slot slot;
+    ZINF_RETURN_IF_ERROR(Reserve(lock, Tier::kHost, id, prefetch, need_pos, &slot));
+    if (c.state != Copy::kAbsent) {  // someone else started it while we waited
+      GiveSlot(id, Tier::kHost, std::move(slot));
+      return Status::Ok();
+    }
+    c.slot = std::move(slot);
+    c.ptr = c.slot.ptr;
+    c.state = Copy::kLoading;
+    Log().debug("tier: read {} from nvme (prefetch {})", s.spec.name, prefetch);
+    inflight_bytes_[0] += s.host_bytes;
+    LinkBusy(0, +1);
+    Status st = swap_->engine().Submit(
+        {io::OpKind::kRead, swap_->file(), s.extent.offset, c.ptr, s.host_bytes},
+        [this, id, t0 = Clock::now()](const Status& r) {
+          std::lock_guard l(mu_);
+          Shard& sh = *shards_[id];
+          Copy& hc = sh.copy[kHostIdx];
+          Span("nvme read", sh.spec.name, t0);
+          LinkBusy(0, -1);
+          inflight_bytes_[0] -= sh.host_bytes;
+          if (r.ok()) {
+            stats_.nvme_read_bytes += sh.host_bytes;
+            hc.state = Copy::kReady;
+            if (sh.device_wants_host) {
+              // Outdated while it loaded (the home was rewritten): the device copy must not be
+              // made from it; its waiters start over (an OK error means "retry").
+              if (hc.stale) AbandonDeviceLoad(id, Status::Ok());
+              else StartHostToDevice(id);
+            }
+            if (hc.stale && hc.pins == 0) FreeCopy(id, Tier::kHost);
+          } else {
+            GiveSlot(id, Tier::kHost, std::move(hc.slot));  // pins and leases stay
+            hc.slot = Slot();
+            hc.ptr = nullptr;
+            hc.state = Copy::kAbsent;
+            hc.error = r.WithContext(fmt::format("loading shard {}", sh.spec.name));
+            if (sh.device_wants_host) AbandonDeviceLoad(id, hc.error);
+          }
+          cv_.notify_all();
+        });
+    if (!st.ok()) {
+      LinkBusy(0, -1);
+      inflight_bytes_[0] -= s.host_bytes;
+      GiveSlot(id, Tier::kHost, std::move(c.slot));
+      c.slot = Slot();
+      c.ptr = nullptr;
+      c.state = Copy::kAbsent;
+      return st;
+    }
+    return Status::Ok();
+  }
+  // Device copy: a device slot, then the host copy (loaded if needed), then the h2d copy.
+  if (options_.max_inflight_bytes && prefetch &&
+      inflight_bytes_[1] + s.spec.bytes > options_.max_inflight_bytes) {
+    return ResourceExhausted("prefetch: h2d link full");
+  }
+  {
+    // An outdated host copy (its home was rewritten) must not be copied up: it goes first.
+    Copy& h = s.copy[kHostIdx];
+    if (h.stale && h.state != Copy::kAbsent) {
+      if (prefetch) return ResourceExhausted("prefetch: the host copy is outdated");
+      while (h.stale && (h.state == Copy::kLoading || h.state == Copy::kWriting ||
+                         h.pins > h.leases)) {
+        cv_.wait(lock);
+      }
+      if (h.stale && h.state == Copy::kReady && h.pins == 0) FreeCopy(id, Tier::kHost);
+      if (h.stale && h.state != Copy::kAbsent) {
+        return FailedPrecondition(fmt::format(
+            "loading {} to the device: its host copy is outdated and still leased", s.spec.name));
+      }
+    }
+    if (c.state != Copy::kAbsent) return Status::Ok();  // loaded meanwhile
+  }
+  Slot slot;
+  ZINF_RETURN_IF_ERROR(Reserve(lock, Tier::kDevice, id, prefetch, need_pos, &slot));
+  if (c.state != Copy::kAbsent) {
+    GiveSlot(id, Tier::kDevice, std::move(slot));
+    return Status::Ok();
+  }
+  c.slot = std::move(slot);
+  c.ptr = c.slot.ptr;
+  c.state = Copy::kLoading;
+  c.enqueued = false;
+  Copy& h = s.copy[kHostIdx];
+  h.pins++;  // the staging must stay until the h2d copy is done
+  if (h.state == Copy::kReady || h.state == Copy::kWriting) {
+    StartHostToDevice(id);
+    return Status::Ok();
+  }
+  s.device_wants_host = true;
+  if (h.state == Copy::kLoading) return Status::Ok();
+  c.waiter = std::this_thread::get_id();  // the h2d cannot start before the host copy
+  Status st = StartLoad(lock, id, Tier::kHost, prefetch, need_pos);
+  c.waiter = std::thread::id();
+  if (!st.ok() && s.device_wants_host) AbandonDeviceLoad(id, Status::Ok());  // st goes up
+  return st;
+}
+
+void TierManager::Prefetch(std::unique_lock<std::mutex>& lock, size_t pos) {
+  if (!trace_.valid() || !options_.prefetch) return;
+  const size_t n = trace_.size();
+  uint32_t units_ahead = 0;
+  uint32_t last_unit = pos > 0 ? shards_[trace_.at(pos - 1).first]->spec.unit
+                               : std::numeric_limits<uint32_t>::max();
+  // Shards overwritten ahead: their later reads see what the overwrite wrote, not home.
+  std::vector<ShardId> overwritten;
+  // Not past the end of the step: the next step's first units are rewritten by the optimizer
+  // (or overwritten) before they are used; EndStep prefetches them.
+  for (size_t q = pos; q < n; ++q) {
+    auto [id, tier] = trace_.at(q);
+    Shard& s = *shards_[id];
+    if (s.spec.unit != last_unit) {
+      last_unit = s.spec.unit;
+      if (++units_ahead > options_.prefetch_units) break;
+    }
+    Copy& c = s.copy[static_cast<int>(tier)];
+    if (trace_.overwrite_at(q)) {
+      overwritten.push_back(id);
+      continue;
+    }
+    if (c.state != Copy::kAbsent || s.rewrite_pending ||
+        std::find(overwritten.begin(), overwritten.end(), id) != overwritten.end()) {
+      continue;
+    }
+    if (tier == Tier::kHost && options_.max_inflight_bytes &&
+        inflight_bytes_[0] + s.host_bytes > options_.max_inflight_bytes) {
+      break;
+    }
+    if (!StartLoad(lock, id, tier, /*prefetch=*/true, q).ok()) break;
+  }
+}
+
+Result<bool> TierManager::InstallPending(ShardId id, const void* data) {
+  ZINF_RETURN_IF_ERROR(EnsureSealed());
+  std::unique_lock lock(mu_);
+  if (id >= shards_.size()) return InvalidArgument(fmt::format("unknown shard {}", id));
+  Shard& s = *shards_[id];
+  if (s.spec.home != Tier::kNvme) {
+    return InvalidArgument(fmt::format("InstallPending({}): the shard is not homed on NVMe",
+                                       s.spec.name));
+  }
+  if (s.pending) {
+    return FailedPrecondition(fmt::format("InstallPending({}): already pending", s.spec.name));
+  }
+  for (const Copy& c : s.copy) {
+    if (c.state != Copy::kAbsent && (c.state != Copy::kReady || c.pins > 0)) return false;
+  }
+  // The old copies go first: their memory may be what the new one needs.
+  for (Copy& c : s.copy) c.dirty = false;  // older than the new content
+  FreeCopy(id, Tier::kDevice);
+  FreeCopy(id, Tier::kHost);
+  Slot slot;
+  const size_t next = trace_.valid() ? trace_.NextUse(id, Tier::kDevice, trace_.pos()) : 0;
+  Status st = Reserve(lock, Tier::kHost, id, /*prefetch=*/true, next, &slot);
+  if (!st.ok()) {
+    if (st.code() == StatusCode::kResourceExhausted) return false;
+    return st;
+  }
+  Copy& h = s.copy[kHostIdx];
+  if (h.state != Copy::kAbsent) {  // Reserve never waits when prefetching, but be sure
+    GiveSlot(id, Tier::kHost, std::move(slot));
+    return false;
+  }
+  // Loading (users wait for it) while the bytes are copied outside the lock: a unit's weights
+  // can be 100 MB, and completions and acquires must not stall behind that.
+  h.slot = std::move(slot);
+  h.ptr = h.slot.ptr;
+  void* p = h.ptr;
+  h.state = Copy::kLoading;
+  h.pins++;  // held (not a lease) until the home write ends; an acquirer may hold a pin too
+  h.last_use = ++tick_;
+  s.pending = true;
+  s.rewrite_pending = false;
+  stats_.installs++;
+  lock.unlock();
+  std::memcpy(p, data, s.spec.bytes);
+  if (s.host_bytes > s.spec.bytes) {
+    std::memset(static_cast<uint8_t*>(p) + s.spec.bytes, 0, s.host_bytes - s.spec.bytes);
+  }
+  lock.lock();
+  h.state = Copy::kReady;
+  if (s.device_wants_host) StartHostToDevice(id);
+  cv_.notify_all();
+  return true;
+}
+
+}  // namespace zinf::offload
