@@ -1,7 +1,7 @@
 // libaio backend: io_submit batches, io_getevents batches. What DeepSpeed's aio uses.
 #include <libaio.h>
-#include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <mutex>
 #include <vector>
@@ -12,10 +12,6 @@
 
 namespace zinf::io {
 namespace {
-
-// io_submit can refuse for a moment (EAGAIN) when the kernel is short of resources; when nothing
-// of ours is in flight to free them, give up after this many attempts.
-constexpr int kMaxIdleSubmitRetries = 1000;
 
 class AioBackend final : public Backend {
  public:
@@ -53,9 +49,58 @@ class AioBackend final : public Backend {
     return Status::Ok();
   }
 
+  // io_submit until everything queued is taken. No retry of a transient refusal here
+  // (EAGAIN: the kernel is short of resources, EINTR): it goes back to the Engine, which backs
+  // off without its lock held and reaps completions meanwhile.
   Status Flush() override {
     std::lock_guard lock(mu_);
-    return FlushLocked();
+    size_t done = 0;
+    Status status;
+    while (done < pending_.size()) {
+      const size_t queued = pending_.size() - done;
+      SubmitFault f = rule_ ? rule_(static_cast<unsigned>(queued)) : SubmitFault{};
+      int rc;
+      if (f.kind == SubmitFault::kErrno) {
+        rc = -f.err;
+      } else {
+        size_t n = f.kind == SubmitFault::kTake ? std::clamp<size_t>(f.take, 1, queued) : queued;
+        rc = io_submit(ctx_, static_cast<long>(n), pending_.data() + done);
+      }
+      if (rc == 0) rc = -EAGAIN;
+      if (rc < 0 && IsTransientSubmitErrno(-rc)) {
+        status = Status::FromErrno(-rc, fmt::format("io_submit ({} queued)", queued));
+        break;
+      }
+      if (rc < 0) {
+        // The first iocb was refused (EBADF, EINVAL...): it completes with that error, so that
+        // every piece handed over still gets exactly one completion, and the rest go on.
+        iocb* cb = pending_[done++];
+        refused_.push_back({reinterpret_cast<uint64_t>(cb->data), rc});
+        free_.push_back(cb);
+        continue;
+      }
+      done += static_cast<size_t>(rc);
+      inflight_ += static_cast<size_t>(rc);
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(done));
+    return status;
+  }
+
+  std::vector<uint64_t> Withdraw() override {
+    std::lock_guard lock(mu_);
+    std::vector<uint64_t> tags;
+    for (iocb* cb : pending_) {
+      tags.push_back(reinterpret_cast<uint64_t>(cb->data));
+      free_.push_back(cb);
+    }
+    pending_.clear();
+    return tags;
+  }
+
+  bool SetSubmitRule(SubmitRule rule) override {
+    std::lock_guard lock(mu_);
+    rule_ = std::move(rule);
+    return true;
   }
 
   Result<size_t> Wait(std::span<RawCompletion> out, size_t min_complete) override {
@@ -63,7 +108,6 @@ class AioBackend final : public Backend {
     long min;
     {
       std::lock_guard lock(mu_);
-      if (!pending_.empty()) ZINF_RETURN_IF_ERROR(FlushLocked());
       while (!refused_.empty() && got < out.size()) {
         out[got++] = refused_.back();
         refused_.pop_back();
@@ -89,44 +133,13 @@ class AioBackend final : public Backend {
       free_.push_back(cb);
     }
     inflight_ -= static_cast<size_t>(rc);
-    if (!pending_.empty()) ZINF_RETURN_IF_ERROR(FlushLocked());
     return got + static_cast<size_t>(rc);
   }
 
  private:
   AioBackend() = default;
 
-  // REQUIRES: mu_ held.
-  Status FlushLocked() {
-    size_t done = 0;
-    int idle_retries = 0;
-    while (done < pending_.size()) {
-      int rc = io_submit(ctx_, static_cast<long>(pending_.size() - done), pending_.data() + done);
-      if (rc == -EINTR) continue;
-      if (rc == -EAGAIN || rc == 0) {
-        if (inflight_ > 0) break;  // a later Wait frees resources; Flush runs again then
-        if (++idle_retries > kMaxIdleSubmitRetries) {
-          return Status::FromErrno(EAGAIN, "io_submit (nothing in flight)");
-        }
-        sched_yield();
-        continue;
-      }
-      if (rc < 0) {
-        // The first iocb was refused (EBADF, EINVAL...): it completes with that error, so that
-        // every prepared piece still gets exactly one completion, and the rest go on.
-        iocb* cb = pending_[done++];
-        refused_.push_back({reinterpret_cast<uint64_t>(cb->data), rc});
-        free_.push_back(cb);
-        continue;
-      }
-      done += static_cast<size_t>(rc);
-      inflight_ += static_cast<size_t>(rc);
-    }
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(done));
-    return Status::Ok();
-  }
-
-  std::mutex mu_;  // guards free_, pending_, inflight_; never held in io_getevents
+  std::mutex mu_;  // guards free_, pending_, refused_, inflight_, rule_; never held in io_getevents
   io_context_t ctx_ = nullptr;
   std::vector<iocb> iocbs_;
   std::vector<iocb*> free_;
@@ -134,6 +147,7 @@ class AioBackend final : public Backend {
   std::vector<RawCompletion> refused_;  // pieces io_submit refused, reported by the next Wait
   std::vector<io_event> events_;
   size_t inflight_ = 0;
+  SubmitRule rule_;
 };
 
 }  // namespace

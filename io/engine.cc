@@ -2,8 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
-#include <fstream>
+#include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
@@ -37,95 +36,15 @@ struct Engine::Slot {
 
 namespace {
 
+// Backoff after a transient submit refusal: doubling from the first to the most.
+constexpr std::chrono::microseconds kFirstSubmitBackoff{50};
+constexpr std::chrono::microseconds kMaxSubmitBackoff{20000};
+
 // Set on a thread while it runs completion callbacks: Submits made there are prepared but
 // flushed together once the callbacks return.
 thread_local const Engine* tls_in_callbacks = nullptr;
 
-std::string UringDisabledHint() {
-  std::ifstream f("/proc/sys/kernel/io_uring_disabled");
-  int v = 0;
-  if (f >> v && v != 0) return fmt::format(" (kernel.io_uring_disabled = {})", v);
-  return "";
-}
-
 }  // namespace
-
-std::string_view EngineKindName(EngineKind kind) {
-  switch (kind) {
-    case EngineKind::kAuto: return "auto";
-    case EngineKind::kUring: return "uring";
-    case EngineKind::kAio: return "aio";
-    case EngineKind::kPosix: return "posix";
-  }
-  return "?";
-}
-
-Result<EngineKind> ParseEngineKind(std::string_view name) {
-  if (name == "auto") return EngineKind::kAuto;
-  if (name == "uring" || name == "io_uring") return EngineKind::kUring;
-  if (name == "aio" || name == "libaio") return EngineKind::kAio;
-  if (name == "posix" || name == "psync") return EngineKind::kPosix;
-  return InvalidArgument(fmt::format("unknown I/O engine '{}': expected uring, aio, posix or auto",
-                                     name));
-}
-
-Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
-  if (options.queue_depth == 0 || options.queue_depth > 4096) {
-    return InvalidArgument(fmt::format("queue_depth {} out of range: expected 1..4096",
-                                       options.queue_depth));
-  }
-  if (options.block_size == 0 || options.block_size > (1u << 30)) {
-    return InvalidArgument(fmt::format("block_size {} out of range: expected 1 byte..1 GiB",
-                                       options.block_size));
-  }
-  BackendOptions bo{options.queue_depth, options.posix_threads};
-  switch (options.kind) {
-    case EngineKind::kUring: {
-      ZINF_ASSIGN_OR_RETURN(auto b, MakeUringBackend(bo));
-      return WithBackend(std::move(b), options);
-    }
-    case EngineKind::kAio: {
-      ZINF_ASSIGN_OR_RETURN(auto b, MakeAioBackend(bo));
-      return WithBackend(std::move(b), options);
-    }
-    case EngineKind::kPosix: {
-      ZINF_ASSIGN_OR_RETURN(auto b, MakePosixBackend(bo));
-      return WithBackend(std::move(b), options);
-    }
-    case EngineKind::kAuto: break;
-  }
-  std::string why;
-  const char* env = std::getenv("ZINF_IO_DISABLE_URING");
-  bool env_off = env != nullptr && std::string_view(env) != "" && std::string_view(env) != "0";
-  if (!options.allow_uring || env_off) {
-    why = env_off ? "io_uring disabled by ZINF_IO_DISABLE_URING" : "io_uring disabled by config";
-  } else {
-    auto u = MakeUringBackend(bo);
-    if (u.ok()) {
-      InfoOnce("io.engine.uring", "io: engine uring (io_uring)");
-      return WithBackend(std::move(u).value(), options);
-    }
-    why = "io_uring refused: " + u.status().message() + UringDisabledHint();
-  }
-  auto a = MakeAioBackend(bo);
-  if (a.ok()) {
-    WarnOnce("io.engine.aio", "io: engine aio (libaio); " + why);
-    auto e = WithBackend(std::move(a).value(), options);
-    e->fallback_reason_ = why;
-    return e;
-  }
-  why += "; libaio refused: " + a.status().message();
-  ZINF_ASSIGN_OR_RETURN(auto p, MakePosixBackend(bo));
-  WarnOnce("io.engine.posix", "io: engine posix (pread/pwrite threads); " + why);
-  auto e = WithBackend(std::move(p), options);
-  e->fallback_reason_ = why;
-  return e;
-}
-
-std::unique_ptr<Engine> Engine::WithBackend(std::unique_ptr<Backend> backend,
-                                            const EngineOptions& options) {
-  return std::unique_ptr<Engine>(new Engine(std::move(backend), options));
-}
 
 Engine::Engine(std::unique_ptr<Backend> backend, const EngineOptions& options)
     : options_(options), backend_(std::move(backend)) {
@@ -249,35 +168,34 @@ Status Engine::Validate(const Request& r) const {
   return Status::Ok();
 }
 
-Result<Engine::Op*> Engine::Enqueue(const Request& r, Callback cb) {
+Result<Ticket> Engine::Enqueue(std::unique_lock<std::mutex>& lock, const Request& r,
+                               Callback cb) {
   ZINF_RETURN_IF_ERROR(Validate(r));
   auto op = std::make_unique<Op>();
-  op->id = next_ticket_++;
+  const Ticket id = next_ticket_++;
+  op->id = id;
   op->req = r;
   op->cb = std::move(cb);
   Op* raw = op.get();
-  ops_.emplace(raw->id, std::move(op));
+  ops_.emplace(id, std::move(op));
   pending_.push_back(raw);
   work_cv_.notify_one();
   Pump();
-  if (tls_in_callbacks != this) {
-    Status s = FlushLocked();
-    if (!s.ok()) Log().error("io: {} submit failed: {}", backend_->Name(), s.ToString());
-  }
-  return raw;
+  // `raw` may be gone after this (FlushLocked can release the lock): only `id` is used.
+  if (tls_in_callbacks != this) FlushLocked(lock);
+  return id;
 }
 
 Result<Ticket> Engine::Submit(const Request& request) {
-  std::lock_guard lock(mu_);
-  ZINF_ASSIGN_OR_RETURN(Op * op, Enqueue(request, nullptr));
-  return op->id;
+  std::unique_lock lock(mu_);
+  return Enqueue(lock, request, nullptr);
 }
 
 Status Engine::Submit(const Request& request, Callback done) {
   if (!done) return InvalidArgument("Submit: empty callback");
-  std::lock_guard lock(mu_);
-  ZINF_ASSIGN_OR_RETURN(Op * op, Enqueue(request, std::move(done)));
-  (void)op;
+  std::unique_lock lock(mu_);
+  ZINF_ASSIGN_OR_RETURN(Ticket id, Enqueue(lock, request, std::move(done)));
+  (void)id;
   return Status::Ok();
 }
 
@@ -331,10 +249,89 @@ void Engine::PrepareSlot(uint32_t slot) {
   ReleaseSlot(slot);
 }
 
-Status Engine::FlushLocked() {
-  if (!prepared_unflushed_) return Status::Ok();
+bool Engine::FlushLocked(std::unique_lock<std::mutex>& lock) {
+  if (!prepared_unflushed_) return true;
+  if (flushing_) return false;  // the thread backing off hands these over too
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto limit = std::chrono::milliseconds(options_.submit_timeout_ms);
+  auto delay = kFirstSubmitBackoff;
+  unsigned refusals = 0;
+  while (prepared_unflushed_) {
+    Status s = backend_->Flush();
+    if (s.ok()) {
+      prepared_unflushed_ = false;
+      break;
+    }
+    refusals++;
+    const bool transient = IsTransientSubmitErrno(s.errno_value());
+    const auto waited = Clock::now() - start;
+    if (transient && waited < limit) {
+      // Not now: sleep without the lock (other threads keep submitting and reaping; they see
+      // flushing_ and leave the flush to us), reap what completed, try again.
+      stats_.submit_retries++;
+      flushing_ = true;
+      if (s.errno_value() != EINTR) {
+        const auto nap = std::min<Clock::duration>(delay, limit - waited);
+        lock.unlock();
+        std::this_thread::sleep_for(nap);
+        lock.lock();
+        delay = std::min(delay * 2, kMaxSubmitBackoff);
+      }
+      ReapNow(lock);
+      cv_.notify_all();
+      continue;
+    }
+    if (transient) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+      s = s.WithContext(fmt::format("{} submit refused {} times in {} ms (limit {} ms)",
+                                    backend_->Name(), refusals, ms, options_.submit_timeout_ms));
+    }
+    WithdrawAndFail(s);
+    // Slots came free: start the requests that waited for one (handed over by the next turn,
+    // which gives up at once if the kernel still refuses past the limit).
+    Pump();
+  }
+  flushing_ = false;
+  cv_.notify_all();
+  return true;
+}
+
+void Engine::ReapNow(std::unique_lock<std::mutex>& lock) {
+  if (reaping_ || pieces_in_flight_ == 0) return;
+  reaping_ = true;
+  lock.unlock();
+  Result<size_t> got = backend_->Wait(raw_, 0);
+  lock.lock();
+  reaping_ = false;
+  if (!got.ok()) {
+    Status s = got.status().WithContext(fmt::format("io: {} reaping", backend_->Name()));
+    Log().error("{}", s.ToString());
+    if (reaper_error_.ok()) reaper_error_ = s;
+    return;
+  }
+  for (size_t i = 0; i < *got; ++i) OnRaw(raw_[i]);
+  Pump();
+}
+
+void Engine::WithdrawAndFail(const Status& why) {
+  std::vector<uint64_t> tags = backend_->Withdraw();
   prepared_unflushed_ = false;
-  return backend_->Flush();
+  size_t withdrawn = 0;
+  for (uint64_t tag : tags) {
+    if (tag >= slots_.size() || slots_[tag].op == nullptr) {
+      Log().error("io: {} withdrew a piece of unknown slot {}", backend_->Name(), tag);
+      continue;
+    }
+    Slot& s = slots_[tag];
+    pieces_in_flight_--;
+    stats_.withdrawn_pieces++;
+    withdrawn++;
+    Fail(s.op, why.WithContext(Describe(s) + ": never handed to the kernel"));
+    ReleaseSlot(static_cast<uint32_t>(tag));
+  }
+  Log().error("io: {} submit failed; {} piece(s) withdrawn, their requests fail: {}",
+              backend_->Name(), withdrawn, why.ToString());
 }
 
 std::string Engine::Describe(const Slot& s) const {
@@ -363,7 +360,14 @@ void Engine::ReleaseSlot(uint32_t slot) {
   op->inflight--;
   if (op->inflight == 0 && (op->failed || op->cut == op->req.len)) {
     auto it = ops_.find(op->id);
-    to_notify_.push_back(std::move(it->second));
+    if (op->cb) {
+      to_notify_.push_back(std::move(it->second));
+    } else {
+      // A ticket's status is ready for Wait at once (even when no piece ever reached the kernel).
+      finished_.emplace(op->id, op->status);
+      finished_since_poll_++;
+      cv_.notify_all();
+    }
     ops_.erase(it);
   }
 }
@@ -413,17 +417,18 @@ void Engine::OnRaw(const RawCompletion& c) {
 }
 
 Result<size_t> Engine::PollLocked(std::unique_lock<std::mutex>& lock, bool block) {
-  if (reaping_) {
-    // Another thread is in the backend's Wait; its reap will wake us.
-    if (block) cv_.wait(lock);
-    return size_t{0};
-  }
-  Status flushed = FlushLocked();
-  if (!flushed.ok()) return flushed;
-  if (pieces_in_flight_ > 0) {
+  FlushLocked(lock);
+  const bool ready = !to_notify_.empty() || finished_since_poll_ > 0;
+  if (reaping_ || flushing_) {
+    // Another thread is in the backend's Wait, or backing off from a refused submit (pieces
+    // may still be outside the kernel: blocking on them could be forever); it wakes us.
+    if (block && !ready) cv_.wait(lock);
+  } else if (pieces_in_flight_ > 0) {
+    // FlushLocked handed every prepared piece over (or withdrew it): each one in flight is in
+    // the kernel and completes, so blocking for one is safe.
     reaping_ = true;
     lock.unlock();
-    Result<size_t> got = backend_->Wait(raw_, block ? 1 : 0);
+    Result<size_t> got = backend_->Wait(raw_, block && !ready ? 1 : 0);
     lock.lock();
     reaping_ = false;
     if (!got.ok()) {
@@ -432,34 +437,21 @@ Result<size_t> Engine::PollLocked(std::unique_lock<std::mutex>& lock, bool block
     }
     for (size_t i = 0; i < *got; ++i) OnRaw(raw_[i]);
     Pump();
+    FlushLocked(lock);  // retries, remainders and newly cut pieces
   }
-  if (to_notify_.empty()) {
-    cv_.notify_all();
-    return size_t{0};
-  }
+  size_t finished = std::exchange(finished_since_poll_, 0);
+  cv_.notify_all();
+  if (to_notify_.empty()) return finished;
   std::vector<std::unique_ptr<Op>> done;
   done.swap(to_notify_);
-  size_t finished = done.size();
-  bool any_callbacks = false;
-  for (auto& op : done) {
-    if (!op->cb) finished_.emplace(op->id, op->status);
-    else any_callbacks = true;
-  }
-  Status s = FlushLocked();
-  cv_.notify_all();
-  if (any_callbacks) {
-    lock.unlock();
-    tls_in_callbacks = this;
-    for (auto& op : done) {
-      if (op->cb) op->cb(op->status);
-    }
-    tls_in_callbacks = nullptr;
-    done.clear();
-    lock.lock();
-    Status s2 = FlushLocked();
-    if (s.ok()) s = s2;
-  }
-  if (!s.ok()) return s;
+  finished += done.size();
+  lock.unlock();
+  tls_in_callbacks = this;
+  for (auto& op : done) op->cb(op->status);
+  tls_in_callbacks = nullptr;
+  done.clear();
+  lock.lock();
+  FlushLocked(lock);  // what the callbacks submitted, in one kernel call
   return finished;
 }
 

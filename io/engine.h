@@ -5,17 +5,33 @@
 //   then posix threads, and logs once which engine runs and why the better ones were refused.
 //   io_uring is skipped when EngineOptions::allow_uring is false or ZINF_IO_DISABLE_URING=1.
 // - Submit() validates a request (file known, within the file, aligned as the file's O_DIRECT
-//   alignment requires: errors name the alignment) and returns at once. The request is split
-//   into pieces of at most block_size bytes, never crossing a stripe boundary; at most
-//   queue_depth pieces are in flight. A short transfer is resubmitted for its remainder, EAGAIN
-//   and EINTR are retried (max_retries per piece), any other error fails the request with a
-//   status naming the file, physical offset, length and errno. End of file on a read is
-//   OutOfRange. A request is reported OK only when every byte was transferred, and is reported
-//   (callback or Wait) only after none of its pieces is still in the kernel, so its buffer is
-//   free to reuse.
+//   alignment requires: errors name the alignment) and returns at once (unless the kernel
+//   refuses submits: then it may back off for up to submit_timeout_ms, see below). A request
+//   that passes validation is accepted, and every later failure, including the kernel refusing
+//   the submit, is reported through that request (Wait's status or the callback), never only
+//   logged. The request is split into pieces of at most block_size bytes, never crossing a
+//   stripe boundary; at most queue_depth pieces are in flight. A short transfer is resubmitted
+//   for its remainder, EAGAIN and EINTR are retried (max_retries per piece), any other error
+//   fails the request with a status naming the file, physical offset, length and errno. End of
+//   file on a read is OutOfRange. A request is reported OK only when every byte was
+//   transferred, and is reported (callback or Wait) only after none of its pieces is still in
+//   the kernel, so its buffer is free to reuse.
+// - Submitting to the kernel (io_uring_enter, io_submit): a transient refusal (EAGAIN, EBUSY,
+//   EINTR) is retried with exponential backoff (50 us doubling to 20 ms; the engine's lock is
+//   not held while sleeping, and completions are reaped meanwhile, which is what frees the
+//   kernel's memory or completion queue) for at most submit_timeout_ms in all. A hard refusal,
+//   or a transient one past that time, withdraws every piece the kernel did not take (it never
+//   runs) and fails its request with the submit error and the piece's file, offset and length;
+//   pieces the kernel did take complete normally, and a request with pieces of both kinds is
+//   reported (failed) once those taken are done. Other requests are not affected. (libaio's
+//   io_submit refuses only its first iocb on a hard error: that piece completes with the error
+//   and the rest go on.) Only one thread backs off at a time; the others neither flush nor
+//   block in the kernel meanwhile.
 // - Completions are reaped by whichever thread calls Poll/Wait/Drain; callbacks run on that
 //   thread without the engine's lock held and may Submit more work (those submissions are
-//   batched into one kernel call after the callbacks return).
+//   batched into one kernel call after the callbacks return). A request that fails before any
+//   of its pieces reaches the kernel (a refused Prepare or submit) still reports through Wait
+//   (its own error) or its callback (run by the next Poll/Wait/Drain or the reaper).
 //
 // Thread-safety: all public methods may be called from any number of threads at once, except
 // AddFile/RemoveFile/RegisterBuffer, which REQUIRE that no request is in flight.
@@ -53,6 +69,10 @@ struct EngineOptions {
   unsigned posix_threads = 0;                 // posix engine's workers; 0 = queue_depth
   bool allow_uring = true;                    // false: auto never tries io_uring
   unsigned max_retries = 1000;                // EAGAIN/EINTR resubmissions per piece
+  // How long transient submit refusals (EAGAIN, EBUSY, EINTR from io_uring_enter/io_submit)
+  // are retried, with backoff, before the pieces not taken are withdrawn and their requests
+  // fail (0: they fail at the first refusal).
+  unsigned submit_timeout_ms = 10000;
 };
 
 // One file of a (possibly striped) set, opened by the caller (see io/file.h).
@@ -78,6 +98,8 @@ struct EngineStats {
   uint64_t retries = 0;          // EAGAIN/EINTR resubmissions
   uint64_t short_transfers = 0;  // short results resubmitted for their remainder
   uint64_t failed_requests = 0;
+  uint64_t submit_retries = 0;    // kernel submit calls retried after a transient refusal
+  uint64_t withdrawn_pieces = 0;  // pieces taken back after a failed submit (never ran)
 };
 
 using Ticket = uint64_t;
@@ -123,7 +145,7 @@ class Engine {
   // Starts a thread that reaps completions whenever requests are in flight, so the queue stays
   // full (and callbacks run) while the submitting threads compute. Idempotent. The thread sleeps
   // in the kernel while I/O is in flight and on a condition variable when none is. A reap error
-  // is logged and returned by the next Drain/Wait/Poll.
+  // is logged and returned by the next Drain.
   void StartReaper();
 
   // Blocking conveniences.
@@ -140,14 +162,19 @@ class Engine {
 
   Engine(std::unique_ptr<Backend> backend, const EngineOptions& options);
   Status Validate(const Request& r) const;
-  Result<Op*> Enqueue(const Request& r, Callback cb);  // REQUIRES: mu_ held
+  // REQUIRES: `lock` holds mu_ (each of these may release it for a while and retake it).
+  Result<Ticket> Enqueue(std::unique_lock<std::mutex>& lock, const Request& r, Callback cb);
+  Result<size_t> PollLocked(std::unique_lock<std::mutex>& lock, bool block);
+  // Hands the prepared pieces to the kernel (see the contract). Returns false when another
+  // thread is backing off from a refused submit (it owns the flush, these pieces included).
+  bool FlushLocked(std::unique_lock<std::mutex>& lock);
+  void ReapNow(std::unique_lock<std::mutex>& lock);     // non-blocking, while backing off
   void Pump();                                          // REQUIRES: mu_ held
-  Status FlushLocked();                                 // REQUIRES: mu_ held
   void PrepareSlot(uint32_t slot);                      // REQUIRES: mu_ held
+  void WithdrawAndFail(const Status& why);              // REQUIRES: mu_ held
   void OnRaw(const RawCompletion& c);                   // REQUIRES: mu_ held
   void Fail(Op* op, Status status);                     // REQUIRES: mu_ held
   void ReleaseSlot(uint32_t slot);                      // REQUIRES: mu_ held
-  Result<size_t> PollLocked(std::unique_lock<std::mutex>& lock, bool block);
   std::string Describe(const Slot& s) const;            // REQUIRES: mu_ held
   int BufferIndex(const void* p, size_t len) const;
 
@@ -167,12 +194,14 @@ class Engine {
   std::deque<Op*> pending_;  // ops with bytes not yet cut into pieces
   std::unordered_map<Ticket, std::unique_ptr<Op>> ops_;  // unfinished ops
   std::unordered_map<Ticket, Status> finished_;         // finished ops awaiting Wait
-  std::vector<std::unique_ptr<Op>> to_notify_;           // finished, callbacks not yet run
+  std::vector<std::unique_ptr<Op>> to_notify_;  // finished callback ops, callbacks not yet run
   std::vector<RawCompletion> raw_;
   Ticket next_ticket_ = 1;
   uint32_t pieces_in_flight_ = 0;
-  bool prepared_unflushed_ = false;
-  bool reaping_ = false;
+  bool prepared_unflushed_ = false;  // pieces prepared since the last complete Flush
+  bool reaping_ = false;             // a thread is in backend_->Wait (mu_ released)
+  bool flushing_ = false;            // a thread is backing off from a refused submit
+  size_t finished_since_poll_ = 0;   // ticket ops finished since a Poll last counted them
   EngineStats stats_;
   std::condition_variable work_cv_;  // a request was submitted (wakes the reaper)
   std::thread reaper_;

@@ -32,10 +32,46 @@ FaultRule RandomFaults(const RandomFaultPlan& plan) {
   };
 }
 
+SubmitRule RandomSubmitFaults(const RandomFaultPlan& plan) {
+  // A different stream from RandomFaults' for the same seed.
+  auto rng = std::make_shared<std::mt19937_64>(plan.seed ^ 0x5eed5eed5eed5eedull);
+  auto mu = std::make_shared<std::mutex>();
+  return [plan, rng, mu](unsigned queued) -> SubmitFault {
+    std::lock_guard lock(*mu);
+    double x = std::uniform_real_distribution<double>(0, 1)(*rng);
+    auto take = [&x](double prob) {
+      if (x < prob) return true;
+      x -= prob;
+      return false;
+    };
+    if (take(plan.p_submit_eagain)) return {SubmitFault::kErrno, 0, EAGAIN};
+    if (take(plan.p_submit_ebusy)) return {SubmitFault::kErrno, 0, EBUSY};
+    if (take(plan.p_submit_eio)) return {SubmitFault::kErrno, 0, EIO};
+    if (take(plan.p_submit_partial) && queued >= 2) {
+      return {SubmitFault::kTake, 1 + static_cast<unsigned>((*rng)() % (queued - 1)), 0};
+    }
+    return {};
+  };
+}
+
 FaultInjectingBackend::FaultInjectingBackend(std::unique_ptr<Backend> inner, FaultRule rule)
     : inner_(std::move(inner)), rule_(std::move(rule)) {}
 
 void FaultInjectingBackend::set_rule(FaultRule rule) { rule_ = std::move(rule); }
+
+bool FaultInjectingBackend::set_submit_rule(SubmitRule rule) {
+  if (!rule) return inner_->SetSubmitRule(nullptr);
+  return inner_->SetSubmitRule([this, rule = std::move(rule)](unsigned queued) {
+    SubmitFault f = rule(queued);
+    std::lock_guard lock(mu_);
+    if (f.kind == SubmitFault::kErrno) {
+      (IsTransientSubmitErrno(f.err) ? counts_.submit_transient : counts_.submit_hard)++;
+    } else if (f.kind == SubmitFault::kTake && f.take < queued) {
+      counts_.submit_partial++;
+    }
+    return f;
+  });
+}
 
 FaultCounts FaultInjectingBackend::counts() const {
   std::lock_guard lock(mu_);
@@ -45,8 +81,12 @@ FaultCounts FaultInjectingBackend::counts() const {
 Status FaultInjectingBackend::Prepare(const Piece& piece) {
   Fault f = rule_ ? rule_(piece) : Fault{};
   std::lock_guard lock(mu_);
+  if (f.kind == Fault::kRefuse) {
+    counts_.refused++;
+    return Status::FromErrno(f.err, "prepare (refused by the fault injector)");
+  }
   if (f.kind == Fault::kErrno) {
-    synthetic_.push_back({piece.tag, -static_cast<int64_t>(f.err)});
+    staged_.push_back({piece.tag, -static_cast<int64_t>(f.err)});
     counts_.errors++;
     if (f.err == EAGAIN) counts_.eagain++;
     if (f.err == EINTR) counts_.eintr++;
@@ -64,6 +104,25 @@ Status FaultInjectingBackend::Prepare(const Piece& piece) {
   Status s = inner_->Prepare(p);
   if (s.ok()) inner_inflight_++;
   return s;
+}
+
+Status FaultInjectingBackend::Flush() {
+  Status s = inner_->Flush();
+  if (s.ok()) {
+    std::lock_guard lock(mu_);
+    synthetic_.insert(synthetic_.end(), staged_.begin(), staged_.end());
+    staged_.clear();
+  }
+  return s;
+}
+
+std::vector<uint64_t> FaultInjectingBackend::Withdraw() {
+  std::vector<uint64_t> tags = inner_->Withdraw();
+  std::lock_guard lock(mu_);
+  inner_inflight_ -= tags.size();
+  for (const RawCompletion& c : staged_) tags.push_back(c.tag);
+  staged_.clear();
+  return tags;
 }
 
 Result<size_t> FaultInjectingBackend::Wait(std::span<RawCompletion> out, size_t min_complete) {

@@ -3,12 +3,15 @@
 // task blocks in the kernel for the whole transfer, which would starve TBB's compute workers.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "io/backend.h"
 
@@ -33,15 +36,48 @@ class PosixBackend final : public Backend {
   std::string_view Name() const override { return "posix"; }
 
   Status Prepare(const Piece& p) override {
-    {
-      std::lock_guard lock(mu_);
-      work_.push_back(p);
-    }
-    work_cv_.notify_one();
+    std::lock_guard lock(mu_);
+    staged_.push_back(p);
     return Status::Ok();
   }
 
-  Status Flush() override { return Status::Ok(); }
+  // Hands the staged pieces to the workers (the "kernel" of this backend, which never refuses
+  // unless a test's submit rule says so).
+  Status Flush() override {
+    size_t handed = 0;
+    Status status;
+    {
+      std::lock_guard lock(mu_);
+      while (!staged_.empty()) {
+        const unsigned queued = static_cast<unsigned>(staged_.size());
+        SubmitFault f = rule_ ? rule_(queued) : SubmitFault{};
+        if (f.kind == SubmitFault::kErrno) {
+          status = Status::FromErrno(f.err, fmt::format("posix submit ({} queued)", queued));
+          break;
+        }
+        size_t n = f.kind == SubmitFault::kTake ? std::clamp(f.take, 1u, queued) : queued;
+        work_.insert(work_.end(), staged_.begin(), staged_.begin() + static_cast<long>(n));
+        staged_.erase(staged_.begin(), staged_.begin() + static_cast<long>(n));
+        handed += n;
+      }
+    }
+    if (handed > 0) work_cv_.notify_all();
+    return status;
+  }
+
+  std::vector<uint64_t> Withdraw() override {
+    std::lock_guard lock(mu_);
+    std::vector<uint64_t> tags;
+    for (const Piece& p : staged_) tags.push_back(p.tag);
+    staged_.clear();
+    return tags;
+  }
+
+  bool SetSubmitRule(SubmitRule rule) override {
+    std::lock_guard lock(mu_);
+    rule_ = std::move(rule);
+    return true;
+  }
 
   Result<size_t> Wait(std::span<RawCompletion> out, size_t min_complete) override {
     std::unique_lock lock(mu_);
@@ -76,9 +112,11 @@ class PosixBackend final : public Backend {
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  std::deque<Piece> work_;
+  std::deque<Piece> staged_;  // prepared, not yet flushed
+  std::deque<Piece> work_;    // handed to the workers
   std::deque<RawCompletion> done_;
   bool stop_ = false;
+  SubmitRule rule_;
   std::vector<std::thread> workers_;
 };
 

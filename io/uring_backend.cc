@@ -1,6 +1,7 @@
 // io_uring backend: batched SQEs, fixed files and fixed buffers, batched CQE reaping.
 #include <liburing.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -75,10 +76,10 @@ class UringBackend final : public Backend {
   Status Prepare(const Piece& p) override {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (sqe == nullptr) {
-      // The SQ is full of prepared entries: hand them over and take a fresh one.
-      ZINF_RETURN_IF_ERROR(Flush());
-      sqe = io_uring_get_sqe(&ring_);
-      if (sqe == nullptr) return Internal("io_uring submission queue full after a flush");
+      // The engine keeps at most queue_depth pieces and the SQ holds at least that many.
+      return Internal(fmt::format("io_uring submission queue full ({} entries queued): more "
+                                  "pieces prepared than the queue depth",
+                                  io_uring_sq_ready(&ring_)));
     }
     int fd = p.fixed_file >= 0 ? p.fixed_file : p.fd;
     bool fixed_buf = p.buf_index >= 0 && buffers_registered_;
@@ -91,19 +92,54 @@ class UringBackend final : public Backend {
     }
     if (p.fixed_file >= 0) sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data64(sqe, p.tag);
-    ++prepared_;
     return Status::Ok();
   }
 
+  // One io_uring_enter per attempt, no retry here: a transient refusal (EAGAIN, EBUSY, EINTR)
+  // goes back to the Engine, which backs off without its lock held and reaps completions
+  // meanwhile (what frees the kernel's memory or completion queue).
   Status Flush() override {
-    while (prepared_ > 0) {
-      int rc = io_uring_submit(&ring_);
-      if (rc == -EINTR || rc == -EAGAIN) continue;  // nothing consumed; try again
-      if (rc < 0) return Status::FromErrno(-rc, fmt::format("io_uring_enter (submit {})",
-                                                            prepared_));
-      prepared_ -= std::min<unsigned>(prepared_, static_cast<unsigned>(rc));
+    while (true) {
+      const unsigned queued = PublishTail();
+      if (queued == 0) return Status::Ok();
+      SubmitFault f = rule_ ? rule_(queued) : SubmitFault{};
+      int rc;
+      if (f.kind == SubmitFault::kErrno) {
+        rc = -f.err;
+      } else {
+        unsigned n = f.kind == SubmitFault::kTake ? std::clamp(f.take, 1u, queued) : queued;
+        unsigned flags = io_uring_cq_has_overflow(&ring_) ? IORING_ENTER_GETEVENTS : 0;
+        rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), n, 0, flags, nullptr);
+      }
+      if (rc < 0) {
+        return Status::FromErrno(-rc, fmt::format("io_uring_enter (submit {} queued)", queued));
+      }
+      if (rc == 0) {
+        return Status::FromErrno(EAGAIN, fmt::format("io_uring_enter took none of {} queued",
+                                                     queued));
+      }
     }
-    return Status::Ok();
+  }
+
+  // Without SQPOLL the kernel reads the SQ only inside io_uring_enter with to_submit > 0, which
+  // only Flush calls (Wait enters with to_submit 0): entries between the kernel's head and our
+  // tail are not taken and never will be once the tail is moved back to the head.
+  std::vector<uint64_t> Withdraw() override {
+    io_uring_sq& sq = ring_.sq;
+    const unsigned head = io_uring_smp_load_acquire(sq.khead);
+    std::vector<uint64_t> tags;
+    for (unsigned i = head; i != sq.sqe_tail; ++i) {
+      // The SQE the kernel would run for entry i (liburing keeps the index array the identity).
+      tags.push_back(sq.sqes[sq.array[i & sq.ring_mask]].user_data);
+    }
+    sq.sqe_head = sq.sqe_tail = head;
+    io_uring_smp_store_release(sq.ktail, head);
+    return tags;
+  }
+
+  bool SetSubmitRule(SubmitRule rule) override {
+    rule_ = std::move(rule);
+    return true;
   }
 
   Result<size_t> Wait(std::span<RawCompletion> out, size_t min_complete) override {
@@ -129,11 +165,23 @@ class UringBackend final : public Backend {
 
  private:
   UringBackend() = default;
+
+  // Makes every prepared SQE visible to the kernel (what io_uring_submit does before entering)
+  // and returns how many it has not taken yet.
+  unsigned PublishTail() {
+    io_uring_sq& sq = ring_.sq;
+    if (sq.sqe_head != sq.sqe_tail) {
+      sq.sqe_head = sq.sqe_tail;
+      io_uring_smp_store_release(sq.ktail, sq.sqe_tail);
+    }
+    return sq.sqe_tail - io_uring_smp_load_acquire(sq.khead);
+  }
+
   io_uring ring_{};
   bool ring_ok_ = false;
   bool fixed_files_ = false;
   bool buffers_registered_ = false;
-  unsigned prepared_ = 0;
+  SubmitRule rule_;
   std::vector<bool> slot_used_;
   std::vector<io_uring_cqe*> batch_;
 };

@@ -20,19 +20,10 @@ using zinf::testing::TempDir;
 
 constexpr uint64_t kBytes = 8 << 20;
 
-Result<std::unique_ptr<Backend>> MakeRaw(EngineKind kind, unsigned qd) {
-  BackendOptions bo{qd, 0};
-  switch (kind) {
-    case EngineKind::kUring: return MakeUringBackend(bo);
-    case EngineKind::kAio: return MakeAioBackend(bo);
-    default: return MakePosixBackend(bo);
-  }
-}
-
 class FaultTest : public ::testing::TestWithParam<EngineKind> {
  protected:
   void SetUp() override {
-    auto raw = MakeRaw(GetParam(), 8);
+    auto raw = testing_env::MakeRawBackend(GetParam(), 8);
     if (!raw.ok()) GTEST_SKIP() << "engine refused here: " << raw.status().ToString();
     auto fb = std::make_unique<FaultInjectingBackend>(std::move(raw).value(), nullptr);
     faults_ = fb.get();
