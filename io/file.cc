@@ -1,9 +1,10 @@
 #include "io/file.h"
 
 // Only <linux/stat.h> knows STATX_DIOALIGN and stx_dio_*: this file uses the raw statx syscall
-// and does not include <sys/stat.h>'s struct statx.
+// on <linux/stat.h>'s struct statx (<sys/stat.h>, here for fchmod, takes it from there too).
 #include <fcntl.h>
 #include <linux/stat.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
@@ -71,14 +72,26 @@ DirectAlignment ProbeDirectAlignment(int fd, const std::string& path) {
   return a;
 }
 
-Result<std::unique_ptr<File>> File::Open(const std::string& path, const Options& options) {
-  int flags = O_CLOEXEC | O_NOFOLLOW | (options.read_only ? O_RDONLY : O_RDWR);
-  if (options.create) flags |= O_CREAT;
-  bool direct = options.direct;
-  int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0600);
-  if (fd < 0 && direct && errno == EINVAL) {
-    // The file system refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE): go buffered.
-    direct = false;
+namespace {
+
+std::string FileTypeName(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFLNK: return "a symbolic link";
+    default: return fmt::format("of type {:o}", mode & S_IFMT);
+  }
+}
+
+// open(2) with `flags`, O_DIRECT first when *direct; a file system that refuses O_DIRECT
+// (EINVAL: tmpfs before Linux 6.6, some FUSE) gets the same open buffered, once warned.
+int OpenMaybeDirect(const std::string& path, int flags, bool* direct) {
+  int fd = ::open(path.c_str(), flags | (*direct ? O_DIRECT : 0), 0600);
+  if (fd < 0 && *direct && errno == EINVAL) {
+    *direct = false;
     fd = ::open(path.c_str(), flags, 0600);
     if (fd >= 0) {
       std::string dir = std::filesystem::path(path).parent_path().string();
@@ -87,12 +100,36 @@ Result<std::unique_ptr<File>> File::Open(const std::string& path, const Options&
                            "there (the page cache will take memory and skew benchmarks)", dir));
     }
   }
+  return fd;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<File>> File::Open(const std::string& path, const Options& options) {
+  // O_NONBLOCK: opening a FIFO planted at the path must not block (cleared again below: io_uring
+  // would answer EAGAIN on an O_NONBLOCK file instead of waiting for the disk).
+  const int flags =
+      O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (options.read_only ? O_RDONLY : O_RDWR);
+  bool direct = options.direct;
+  bool created = false;
+  int fd = -1;
+  if (options.create) {
+    // Only a file this call creates is trusted as is; O_EXCL never opens what is there.
+    fd = OpenMaybeDirect(path, flags | O_CREAT | O_EXCL, &direct);
+    created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = OpenMaybeDirect(path, flags, &direct);
+  } else {
+    fd = OpenMaybeDirect(path, flags, &direct);
+  }
   if (fd < 0) {
     int e = errno;
     if (e == ELOOP) {
       return FailedPrecondition(fmt::format(
           "open {}: it is a symbolic link; swap files are never opened through a symlink "
           "(remove it or point the path at a real directory)", path));
+    }
+    if (e == EISDIR) {
+      return FailedPrecondition(fmt::format("open {}: not a regular file (a directory)", path));
     }
     if (e == ENOENT && !options.create) return Status::FromErrno(e, "open " + path);
     if (e == ENOENT) {
@@ -101,15 +138,42 @@ Result<std::unique_ptr<File>> File::Open(const std::string& path, const Options&
     }
     return Status::FromErrno(e, std::string(options.create ? "create " : "open ") + path);
   }
-  struct statx stx{};
-  if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH, STATX_TYPE, &stx) != 0) {
-    int e = errno;
+  auto refuse = [&](Status s) {
     ::close(fd);
-    return Status::FromErrno(e, "statx " + path);
+    return s;
+  };
+  struct statx stx{};
+  if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH,
+              STATX_TYPE | STATX_MODE | STATX_UID | STATX_NLINK, &stx) != 0) {
+    return refuse(Status::FromErrno(errno, "statx " + path));
   }
   if ((stx.stx_mode & S_IFMT) != S_IFREG) {
-    ::close(fd);
-    return FailedPrecondition(fmt::format("open {}: not a regular file", path));
+    return refuse(FailedPrecondition(
+        fmt::format("open {}: not a regular file ({})", path, FileTypeName(stx.stx_mode))));
+  }
+  if (options.create && !created) {
+    // Reusing what is already there: only our own file, with no other name. A hard link
+    // planted in a shared directory would have us empty its target; another user's file is
+    // theirs to keep.
+    const uid_t me = geteuid();
+    if (stx.stx_uid != me) {
+      return refuse(FailedPrecondition(fmt::format(
+          "open {}: the existing file is owned by uid {}, not by this user (uid {}); it is not "
+          "reused (remove it or choose another directory)", path, stx.stx_uid, me)));
+    }
+    if (stx.stx_nlink != 1) {
+      return refuse(FailedPrecondition(fmt::format(
+          "open {}: the existing file has hard link count {} (expected 1: another name points "
+          "at it); it is not reused (remove it or choose another directory)",
+          path, stx.stx_nlink)));
+    }
+    if ((stx.stx_mode & 07777) != 0600 && ::fchmod(fd, 0600) != 0) {
+      return refuse(Status::FromErrno(errno, "chmod 0600 " + path));
+    }
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    return refuse(Status::FromErrno(errno, "fcntl (clear O_NONBLOCK) " + path));
   }
   DirectAlignment a = direct ? ProbeDirectAlignment(fd, path) : DirectAlignment{1, 1, "buffered"};
   return std::unique_ptr<File>(new File(fd, path, direct, std::move(a)));

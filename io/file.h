@@ -2,8 +2,13 @@
 //
 // Contract:
 // - File::Open never follows a symlink at the final component (O_NOFOLLOW): a symlink in place
-//   of the file is refused with FailedPrecondition naming the path. With `create`, the file is
-//   made with mode 0600. Only regular files are accepted.
+//   of the file is refused with FailedPrecondition naming the path. Only regular files are
+//   accepted; anything else is refused naming what it is, without blocking (a FIFO).
+// - With `create`, the file is created with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600. A file already
+//   at the path is reused only when it is a regular file owned by the effective user with
+//   exactly one link (st_nlink == 1); it is then set to mode 0600. Otherwise FailedPrecondition
+//   names the path and why (symbolic link, hard link count N, owned by uid U, not a regular
+//   file), and the file is left as it was.
 // - With `direct`, the file is opened O_DIRECT and its alignment is read from the file system
 //   (statx STATX_DIOALIGN where the kernel reports it, else the block device's logical block
 //   size from sysfs, else st_blksize) — never assumed. A file system that refuses O_DIRECT

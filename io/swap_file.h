@@ -1,13 +1,17 @@
 // io/swap_file.h — preallocated swap files, optionally striped over several directories.
 //
 // Contract: Create() checks every directory first (exists, is a directory), then creates
-// "<dir>/<name>" (or "<dir>/<name>.<i>" when striped over several directories) with mode 0600,
-// never through a symlink, and preallocates each to its full size before returning — a full
-// disk fails here, naming the path and the bytes needed, before any work starts. Striping is
-// RAID-0 in software: stripe unit k lives in member k % n (io::FileLayout says how). An existing
-// regular file at the path is reused but emptied first (truncated to 0, then preallocated), so a
-// new swap file always reads as zeros until written. Each member is locked (flock) for the life
-// of the SwapFile: a second process on the same path is refused (FailedPrecondition) instead of
+// "<dir>/<name>" (or "<dir>/<name>.<i>" when striped over several directories) with
+// O_CREAT|O_EXCL|O_NOFOLLOW and mode 0600 (io::File::Open with `create`), and preallocates each
+// to its full size before returning — a full disk fails here, naming the path and the bytes
+// needed, before any work starts. Striping is RAID-0 in software: stripe unit k lives in member
+// k % n (io::FileLayout says how). A file already at the path is reused only when it is a
+// regular file owned by the effective user with exactly one link, opened without following a
+// symlink; it is then emptied (truncated to 0, then preallocated, mode set to 0600), so a new
+// swap file always reads as zeros until written. Anything else there (a symlink, a hard link
+// to another file, another user's file, a directory) is refused with FailedPrecondition naming
+// the path and why, and left untouched. Each member is locked (flock) for the life of the
+// SwapFile: a second process on the same path is refused (FailedPrecondition) instead of
 // corrupting the first. With remove_on_close the files are unlinked when the SwapFile is
 // destroyed.
 //

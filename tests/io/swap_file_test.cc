@@ -132,3 +132,95 @@ TEST(SwapFileTest, ALeftoverFileStartsOverAsZeros) {
 
 }  // namespace
 }  // namespace zinf::io
+
+namespace zinf::io {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Regression: Create opened with O_CREAT but without O_EXCL and then truncated, so a hard link
+// planted in a shared swap directory had its target (any file of ours) emptied.
+TEST(SwapFileTest, AHardLinkPlantedAtThePathIsRefusedAndItsTargetKept) {
+  zinf::testing::TempDir dir;
+  std::string victim = dir / "victim";
+  std::ofstream(victim) << "precious";
+  ASSERT_EQ(::chmod(victim.c_str(), 0600), 0);
+  ASSERT_EQ(::link(victim.c_str(), (dir / "zinf.swap").c_str()), 0);
+  auto s = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find(dir / "zinf.swap"), std::string::npos)
+      << s.status().message();
+  EXPECT_NE(s.status().message().find("hard link count 2"), std::string::npos)
+      << s.status().message();
+  EXPECT_EQ(Slurp(victim), "precious");
+}
+
+TEST(SwapFileTest, ADanglingSymlinkIsRefusedAndNothingIsCreatedThroughIt) {
+  zinf::testing::TempDir dir, elsewhere;
+  std::string target = elsewhere / "planted";
+  ASSERT_EQ(symlink(target.c_str(), (dir / "zinf.swap").c_str()), 0);
+  auto s = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("symbolic link"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(target));
+}
+
+TEST(SwapFileTest, ADirectoryAtThePathIsRefused) {
+  zinf::testing::TempDir dir;
+  ASSERT_TRUE(std::filesystem::create_directory(dir / "zinf.swap"));
+  auto s = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find(dir / "zinf.swap"), std::string::npos);
+  EXPECT_NE(s.status().message().find("not a regular file (a directory)"), std::string::npos)
+      << s.status().message();
+}
+
+TEST(SwapFileTest, AFifoAtThePathIsRefusedWithoutBlocking) {
+  zinf::testing::TempDir dir;
+  ASSERT_EQ(mkfifo((dir / "zinf.swap").c_str(), 0600), 0);
+  auto s = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("not a regular file (a FIFO)"), std::string::npos)
+      << s.status().message();
+}
+
+TEST(SwapFileTest, AnotherUsersFileIsNotReused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a file to another user";
+  zinf::testing::TempDir dir;
+  std::string path = dir / "zinf.swap";
+  std::ofstream(path) << "theirs";
+  ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+  auto s = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("owned by uid 65534"), std::string::npos)
+      << s.status().message();
+  EXPECT_EQ(Slurp(path), "theirs");
+}
+
+// Our own leftover (one link, ours) is still reused as before: emptied, preallocated, private.
+TEST(SwapFileTest, OurOwnLeftoverIsReusedEmptiedAndMadePrivate) {
+  zinf::testing::TempDir dir;
+  std::string path = dir / "zinf.swap";
+  {
+    std::ofstream junk(path, std::ios::binary);
+    std::string bytes(3 << 20, '\x5a');
+    junk.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  auto swap = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .remove_on_close = false});
+  ASSERT_TRUE(swap.ok()) << swap.status().ToString();
+  struct stat st{};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(Slurp(path), std::string(1 << 20, '\0'));
+}
+
+}  // namespace
+}  // namespace zinf::io
