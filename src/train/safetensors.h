@@ -11,8 +11,11 @@
 //   then by name, packed without gaps, the header padded with spaces to a multiple of 8 so
 //   every tensor's data is aligned to its element size. The order given does not matter; the
 //   output for the same tensors is the same bytes. `__metadata__` is written (keys sorted)
-//   only when not empty. The file is written to `<path>.tmp`, fsynced, renamed over `path` and
-//   the directory fsynced: a reader sees the old file or the whole new one, never a part.
+//   only when not empty. The file is written to a new temporary file beside `path`
+//   ("<path>.tmp.<pid>.<random>", created O_CREAT|O_EXCL|O_NOFOLLOW mode 0600: nothing already
+//   there, a planted symlink included, is ever opened; another name on EEXIST), fsynced, given
+//   mode 0666 & ~umask, renamed over `path` and the directory fsynced: a reader sees the old
+//   file or the whole new one, never a part. On any failure the temporary file is removed.
 //   Refused: an empty or duplicate name, the name "__metadata__", a null data pointer for a
 //   non-empty tensor, a byte size that overflows 64 bits.
 // - SafetensorsFile::Open accepts the tensors in any order in the header and validates
@@ -29,8 +32,9 @@
 //   tensor; InvalidArgument for everything malformed; errno-mapped codes for I/O.
 // - Only little-endian hosts are supported (static_assert).
 //
-// Thread-safety: WriteSafetensors may run on any thread; two writers of one path race (the last
-// rename wins, each file whole). A SafetensorsFile is immutable after Open: Read may be called
+// Thread-safety: WriteSafetensors may run on any thread; two writers of one path, in this
+// process or another, each write their own temporary file (the last rename wins, each file
+// whole). A SafetensorsFile is immutable after Open: Read may be called
 // concurrently from several threads (pread on one descriptor).
 #pragma once
 

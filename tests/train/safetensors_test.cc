@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -11,7 +14,9 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -309,10 +314,11 @@ TEST(SafetensorsTest, RewriteReplacesWholeFile) {
   auto f = SafetensorsFile::Open(p);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(f->Find("w")->shape, (std::vector<uint64_t>{2}));
-  // A stale temporary from a crashed writer is overwritten, not read.
+  // A stale temporary at the old fixed name is neither read nor touched.
   WriteBytes(p + ".tmp", "garbage");
   ASSERT_TRUE(WriteSafetensors(p, {{"w", Dtype::kF32, {2}, small.data()}}).ok());
-  EXPECT_FALSE(std::filesystem::exists(p + ".tmp"));
+  EXPECT_EQ(ReadAll(p + ".tmp"), "garbage");
+  EXPECT_TRUE(SafetensorsFile::Open(p).ok());
 }
 
 TEST(SafetensorsTest, DtypeNames) {
@@ -364,6 +370,118 @@ save_file({{"z": np.arange(5, dtype=np.float64), "b": np.ones((2, 3), dtype=np.f
   EXPECT_EQ(z, (std::vector<double>{0, 1, 2, 3, 4}));
   EXPECT_EQ(f->Find("b")->dtype, Dtype::kF16);
   EXPECT_EQ(f->Find("b")->shape, (std::vector<uint64_t>{2, 3}));
+}
+
+}  // namespace
+}  // namespace zinf::train
+
+namespace zinf::train {
+namespace {
+
+using zinf::testing::TempDir;
+
+// The names in `dir`, sorted.
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Regression: the writer opened the fixed name "<path>.tmp" with O_CREAT|O_TRUNC and followed a
+// symlink planted there, truncating and overwriting whatever it pointed at.
+TEST(SafetensorsTempFileTest, ASymlinkAtTheOldTempNameIsNotFollowed) {
+  TempDir dir, elsewhere;
+  const std::string p = dir / "w.safetensors";
+  const std::string victim = elsewhere / "victim";
+  WriteBytes(victim, "precious");
+  ASSERT_EQ(::symlink(victim.c_str(), (p + ".tmp").c_str()), 0);
+  std::vector<float> w(64, 1.5f);
+  ASSERT_TRUE(WriteSafetensors(p, {{"w", Dtype::kF32, {64}, w.data()}}).ok());
+  EXPECT_EQ(ReadAll(victim), "precious");
+  EXPECT_TRUE(std::filesystem::is_symlink(p + ".tmp"));
+  EXPECT_FALSE(std::filesystem::is_symlink(p));
+  auto f = SafetensorsFile::Open(p);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->Find("w")->shape, (std::vector<uint64_t>{64}));
+}
+
+// Regression: two writers of one path shared "<path>.tmp": their bytes interleaved in one file
+// and the second rename failed (ENOENT) or published the mix.
+TEST(SafetensorsTempFileTest, ConcurrentSavesToOnePathDoNotCollide) {
+  TempDir dir;
+  const std::string p = dir / "ckpt.safetensors";
+  std::vector<float> a(100000, 1.0f);
+  std::vector<double> b(70000, 2.0);
+  std::atomic<int> errors{0};
+  std::string first_error;
+  std::mutex mu;
+  auto writer = [&](bool is_a) {
+    for (int i = 0; i < 20; ++i) {
+      Status s = is_a ? WriteSafetensors(p, {{"a", Dtype::kF32, {100000}, a.data()}})
+                      : WriteSafetensors(p, {{"b", Dtype::kF64, {70000}, b.data()}});
+      if (!s.ok()) {
+        errors++;
+        std::lock_guard lock(mu);
+        if (first_error.empty()) first_error = s.ToString();
+      }
+    }
+  };
+  std::thread ta(writer, true), tb(writer, false);
+  ta.join();
+  tb.join();
+  EXPECT_EQ(errors.load(), 0) << first_error;
+  // Whole, one of the two.
+  auto f = SafetensorsFile::Open(p);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_EQ(f->tensors().size(), 1u);
+  const std::string name = f->tensors()[0].name;
+  if (name == "a") {
+    std::vector<float> back(100000);
+    ASSERT_TRUE(f->Read("a", back.data(), back.size() * 4).ok());
+    EXPECT_EQ(back, a);
+  } else {
+    std::vector<double> back(70000);
+    ASSERT_TRUE(f->Read("b", back.data(), back.size() * 8).ok());
+    EXPECT_EQ(back, b);
+  }
+  EXPECT_EQ(Names(dir.path()), (std::vector<std::string>{"ckpt.safetensors"}));
+}
+
+TEST(SafetensorsTempFileTest, TheTempFileNeverSurvivesAFailedSave) {
+  TempDir dir;
+  // A write that fails half way: the second tensor's memory is not readable (EFAULT).
+  const std::string p = dir / "w.safetensors";
+  std::vector<float> ok(1024, 1.0f);
+  const void* unreadable = reinterpret_cast<const void*>(uintptr_t{16});
+  Status s = WriteSafetensors(p, {{"a", Dtype::kF32, {1024}, ok.data()},
+                                  {"b", Dtype::kF32, {1024}, unreadable}});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(p + ".tmp."), std::string::npos) << s.message();
+  EXPECT_TRUE(Names(dir.path()).empty());
+  // A rename that fails: a non-empty directory holds the destination's name.
+  std::filesystem::create_directories(dir / "d.safetensors/inside");
+  s = WriteSafetensors(dir / "d.safetensors", {{"a", Dtype::kF32, {1024}, ok.data()}});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rename"), std::string::npos) << s.message();
+  EXPECT_EQ(Names(dir.path()), (std::vector<std::string>{"d.safetensors"}));
+}
+
+TEST(SafetensorsTempFileTest, TheFileGetsTheUsualModeForThisUmask) {
+  TempDir dir;
+  float x = 1;
+  for (mode_t mask : {mode_t{022}, mode_t{077}, mode_t{002}}) {
+    const mode_t old = ::umask(mask);
+    const std::string p = dir / fmt::format("m{:o}.safetensors", mask);
+    Status s = WriteSafetensors(p, {{"x", Dtype::kF32, {1}, &x}});
+    ::umask(old);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    struct stat st{};
+    ASSERT_EQ(::stat(p.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0666 & ~mask) << "umask " << std::oct << mask;
+  }
 }
 
 }  // namespace
