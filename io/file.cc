@@ -57,7 +57,10 @@ DirectAlignment ProbeDirectAlignment(int fd, const std::string& path) {
   }
   struct statx stx{};
   if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &stx) == 0) {
-    uint32_t lbs = SysfsLogicalBlockSize(stx.stx_dev_major, stx.stx_dev_minor);
+    // A block device's own queue; a file's, the device holding it.
+    const bool bdev = (stx.stx_mode & S_IFMT) == S_IFBLK;
+    uint32_t lbs = bdev ? SysfsLogicalBlockSize(stx.stx_rdev_major, stx.stx_rdev_minor)
+                        : SysfsLogicalBlockSize(stx.stx_dev_major, stx.stx_dev_minor);
     if (lbs > 0) {
       a.mem = a.offset = lbs;
       a.source = "sysfs logical_block_size";
@@ -147,11 +150,13 @@ Result<std::unique_ptr<File>> File::Open(const std::string& path, const Options&
               STATX_TYPE | STATX_MODE | STATX_UID | STATX_NLINK, &stx) != 0) {
     return refuse(Status::FromErrno(errno, "statx " + path));
   }
-  if ((stx.stx_mode & S_IFMT) != S_IFREG) {
+  const bool block_device = (stx.stx_mode & S_IFMT) == S_IFBLK;
+  if ((stx.stx_mode & S_IFMT) != S_IFREG &&
+      !(block_device && options.read_only && options.allow_block_device)) {
     return refuse(FailedPrecondition(
         fmt::format("open {}: not a regular file ({})", path, FileTypeName(stx.stx_mode))));
   }
-  if (options.create && !created) {
+  if ((options.create || options.only_own) && !created) {
     // Reusing what is already there: only our own file, with no other name. A hard link
     // planted in a shared directory would have us empty its target; another user's file is
     // theirs to keep.

@@ -3,12 +3,14 @@
 // Contract:
 // - File::Open never follows a symlink at the final component (O_NOFOLLOW): a symlink in place
 //   of the file is refused with FailedPrecondition naming the path. Only regular files are
-//   accepted; anything else is refused naming what it is, without blocking (a FIFO).
+//   accepted (a block device too with `allow_block_device` and `read_only`); anything else is
+//   refused naming what it is, without blocking (a FIFO).
 // - With `create`, the file is created with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600. A file already
 //   at the path is reused only when it is a regular file owned by the effective user with
 //   exactly one link (st_nlink == 1); it is then set to mode 0600. Otherwise FailedPrecondition
 //   names the path and why (symbolic link, hard link count N, owned by uid U, not a regular
-//   file), and the file is left as it was.
+//   file), and the file is left as it was. `only_own` applies the same rule to an existing file
+//   opened without `create` (a kept benchmark file that may be rewritten).
 // - With `direct`, the file is opened O_DIRECT and its alignment is read from the file system
 //   (statx STATX_DIOALIGN where the kernel reports it, else the block device's logical block
 //   size from sysfs, else st_blksize) — never assumed. A file system that refuses O_DIRECT
@@ -42,6 +44,8 @@ class File {
     bool create = false;
     bool direct = true;
     bool read_only = false;
+    bool only_own = false;            // without create: reuse rules as with create
+    bool allow_block_device = false;  // with read_only: a block device is accepted too
   };
 
   static Result<std::unique_ptr<File>> Open(const std::string& path, const Options& options);

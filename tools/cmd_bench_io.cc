@@ -20,6 +20,7 @@ struct BenchIoArgs {
   std::string blocks = "1M";
   std::string qds = "8";
   std::string size = "1G";
+  bool size_given = false;
   std::string time = "5";
   std::string stripe = "1M";
   unsigned threads = 0;
@@ -28,6 +29,36 @@ struct BenchIoArgs {
   bool no_fill = false;
   std::string out;
 };
+
+// The target the paths name: a new test file in each directory, the kept one (--no-fill), or
+// an existing file or block device, read only (see tools/io_bench_target.h).
+Result<std::unique_ptr<IoBenchTarget>> OpenTarget(const BenchIoArgs& a, uint64_t size,
+                                                  uint64_t stripe,
+                                                  const std::vector<IoPattern>& ops) {
+  std::vector<std::string> files;
+  for (const auto& p : a.paths) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(p, ec)) files.push_back(p);
+  }
+  if (files.empty()) {
+    if (a.no_fill) return IoBenchTarget::OpenKept(a.paths, size, stripe);
+    return IoBenchTarget::Create(a.paths, size, stripe, a.keep);
+  }
+  if (a.paths.size() > 1) {
+    return InvalidArgument(fmt::format(
+        "--path {} is not a directory: an existing file or block device is measured alone (read "
+        "only); striping over several --path needs directories", files[0]));
+  }
+  for (IoPattern op : ops) {
+    if (!IsRead(op)) {
+      return InvalidArgument(fmt::format(
+          "--op {}: --path {} is an existing file or block device, which bench-io only reads "
+          "and never modifies; name a directory to measure writes on a test file there",
+          IoPatternName(op), files[0]));
+    }
+  }
+  return IoBenchTarget::OpenReadOnly(files[0], a.size_given ? size : 0);
+}
 
 int RunBenchIo(const BenchIoArgs& a) {
   auto fail = [](const Status& s, int code) {
@@ -60,17 +91,22 @@ int RunBenchIo(const BenchIoArgs& a) {
   auto stripe = ParseBytes(a.stripe);
   if (!stripe.ok()) return fail(stripe.status().WithContext("--stripe"), 2);
 
-  auto target = IoBenchTarget::Create(a.paths, *size, *stripe, a.keep);
-  if (!target.ok()) return fail(target.status(), 1);
-  if (a.no_fill) (*target)->MarkFilled();
+  auto target = OpenTarget(a, *size, *stripe, ops);
+  if (!target.ok()) {
+    // A file or directory that cannot be used as given is bad usage; a failing disk is not.
+    const StatusCode c = target.status().code();
+    const bool usage = c == StatusCode::kFailedPrecondition || c == StatusCode::kInvalidArgument ||
+                       c == StatusCode::kNotFound || c == StatusCode::kOutOfRange;
+    return fail(target.status(), usage ? 2 : 1);
+  }
 
   std::vector<IoBenchResult> results;
   const bool table = !a.json;
   if (table) {
-    fmt::print("file: {} ({}{}, {})\n", (*target)->swap().members()[0]->path(),
+    fmt::print("file: {} ({}{}, {}, {})\n", (*target)->path(),
                FormatBytesHuman((*target)->size()),
                a.paths.size() > 1 ? fmt::format(", striped over {} paths", a.paths.size()) : "",
-               (*target)->swap().direct() ? "O_DIRECT" : "buffered");
+               (*target)->KindName(), (*target)->direct() ? "O_DIRECT" : "buffered");
     fmt::print("{}\n", FormatTableHeader());
   }
   for (auto engine : engines) {
@@ -112,7 +148,7 @@ int RunBenchIo(const BenchIoArgs& a) {
       }
       std::ofstream(name) << RenderSvgChart(
           subset, fmt::format("zinf bench-io: {} {} ({})", r0.engine, IoPatternName(r0.pattern),
-                              (*target)->swap().direct() ? "O_DIRECT" : "buffered"));
+                              (*target)->direct() ? "O_DIRECT" : "buffered"));
       written.push_back(name);
     }
     for (const auto& w : written) fmt::print(stderr, "wrote {}\n", w);
@@ -128,9 +164,11 @@ void RegisterBenchIo(CLI::App& app, int& exit_code) {
       "bench-io", "Measure NVMe throughput and latency: sequential/random reads and writes, "
                   "swept over block sizes and queue depths");
   cmd->add_option("--path", args->paths,
-                  "Directory for the test file; repeat to stripe over several drives")
+                  "Directory for the test file (repeat to stripe over several drives), or an "
+                  "existing regular file or block device to read: never modified, write ops "
+                  "refused; --size defaults to all of it")
       ->required()
-      ->check(CLI::ExistingDirectory);
+      ->check(CLI::ExistingPath);
   cmd->add_option("--engine", args->engine, "uring, aio, posix or auto (a list sweeps)")
       ->capture_default_str();
   cmd->add_option("--op", args->ops, "read, write, randread, randwrite (a list sweeps)")
@@ -139,7 +177,8 @@ void RegisterBenchIo(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--qd", args->qds, "Queue depth, e.g. 8 or a list 1,4,16,32")
       ->capture_default_str();
-  cmd->add_option("--size", args->size, "Size of the test file")->capture_default_str();
+  auto* size_opt =
+      cmd->add_option("--size", args->size, "Size of the test file")->capture_default_str();
   cmd->add_option("--time", args->time, "Seconds per run (0: one pass over --size)")
       ->capture_default_str();
   cmd->add_option("--stripe", args->stripe, "Stripe unit when several --path are given")
@@ -149,8 +188,13 @@ void RegisterBenchIo(CLI::App& app, int& exit_code) {
   cmd->add_option("--out", args->out, "Also write bench-io.csv and SVG charts into this directory");
   cmd->add_flag("--keep", args->keep, "Keep the test file afterwards");
   cmd->add_flag("--no-fill", args->no_fill,
-                "The kept test file already holds data: skip writing it before reads");
-  cmd->callback([args, &exit_code] { exit_code = RunBenchIo(*args); });
+                "Use the test file an earlier --keep run left, as it is (not emptied, not "
+                "written before reads, not removed); refused unless it is all written data on "
+                "the disk (no hole, no unwritten extent)");
+  cmd->callback([args, size_opt, &exit_code] {
+    args->size_given = size_opt->count() > 0;
+    exit_code = RunBenchIo(*args);
+  });
 }
 
 }  // namespace zinf::tools

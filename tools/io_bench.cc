@@ -43,41 +43,18 @@ nlohmann::json ToJson(const IoBenchResult& r) {
           {"registered_buffers", r.registered_buffers}};
 }
 
-Result<std::unique_ptr<IoBenchTarget>> IoBenchTarget::Create(const std::vector<std::string>& dirs,
-                                                             uint64_t size,
-                                                             uint64_t stripe_bytes, bool keep) {
-  auto t = std::unique_ptr<IoBenchTarget>(new IoBenchTarget());
-  ZINF_ASSIGN_OR_RETURN(t->swap_, io::SwapFile::Create({.dirs = dirs,
-                                                         .name = "zinf-bench-io.dat",
-                                                         .size = size,
-                                                         .stripe_bytes = stripe_bytes,
-                                                         .remove_on_close = !keep}));
-  return t;
-}
-
-Status IoBenchTarget::EnsureFilled() {
-  if (filled_) return Status::Ok();
-  IoBenchSpec fill;
-  fill.pattern = IoPattern::kWrite;
-  fill.block = std::min<uint64_t>(1 << 20, size());
-  fill.queue_depth = 16;
-  fill.seconds = 0;
-  fill.bytes_limit = size();
-  filled_ = true;  // RunIoBench below must not recurse into filling
-  auto r = RunIoBench(*this, fill);
-  if (!r.ok()) {
-    filled_ = false;
-    return r.status().WithContext("filling the benchmark file before reads");
-  }
-  return Status::Ok();
-}
-
 Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec) {
-  const uint64_t align = target.swap().offset_align();
+  const uint64_t align = target.offset_align();
   if (spec.block == 0 || spec.block % align != 0) {
     return InvalidArgument(fmt::format("--block {} must be a positive multiple of {} (the "
                                        "O_DIRECT alignment of {})",
-                                       spec.block, align, target.swap().members()[0]->path()));
+                                       spec.block, align, target.path()));
+  }
+  if (!IsRead(spec.pattern) && target.read_only()) {
+    return FailedPrecondition(fmt::format(
+        "--op {}: {} ({}) is only read, never modified; name a directory as --path to measure "
+        "writes on a test file there", IoPatternName(spec.pattern), target.path(),
+        target.KindName()));
   }
   if (spec.block > target.size()) {
     return InvalidArgument(fmt::format("--block {} is larger than --size {}", spec.block,
@@ -94,10 +71,10 @@ Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec)
   eo.queue_depth = spec.queue_depth;
   eo.posix_threads = spec.posix_threads;
   ZINF_ASSIGN_OR_RETURN(auto engine, io::Engine::Create(eo));
-  ZINF_ASSIGN_OR_RETURN(io::FileId file, engine->AddFile(target.swap().Layout()));
+  ZINF_ASSIGN_OR_RETURN(io::FileId file, engine->AddFile(target.Layout()));
   ZINF_ASSIGN_OR_RETURN(io::AlignedBuffer buffers,
                         io::AlignedBuffer::Allocate(spec.block * spec.queue_depth,
-                                                    std::max<uint32_t>(target.swap().mem_align(),
+                                                    std::max<uint32_t>(target.mem_align(),
                                                                        4096)));
   ZINF_RETURN_IF_ERROR(engine->RegisterBuffer(buffers.data(), buffers.size()));
   std::mt19937_64 rng(spec.seed);
@@ -177,7 +154,7 @@ Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec)
   res.gbps = static_cast<double>(done_bytes) / seconds / 1e9;
   res.gibps = static_cast<double>(done_bytes) / seconds / static_cast<double>(1ull << 30);
   res.iops = static_cast<double>(res.requests) / seconds;
-  res.direct = target.swap().direct();
+  res.direct = target.direct();
   res.registered_buffers = engine->buffers_registered();
   if (!lat_us.empty()) {
     auto pct = [&](double q) {

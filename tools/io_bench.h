@@ -1,9 +1,8 @@
 // tools/io_bench.h — the I/O benchmark behind `zinf bench-io` and `zinf tune`.
 //
-// Contract: an IoBenchTarget is a preallocated (optionally striped) file under the given
-// directories. Before the first read run it is filled with data once, so reads hit real
-// blocks (a freshly fallocated extent reads as zeros without touching the disk, which would
-// flatter every read number). RunIoBench keeps `queue_depth` requests of `block` bytes in flight
+// Contract: RunIoBench runs on an IoBenchTarget (tools/io_bench_target.h: a new test file,
+// filled once before the first read run, a kept one, or an existing file or block device read
+// only; write runs on a read-only target are refused). It keeps `queue_depth` requests of `block` bytes in flight
 // for `seconds` (or until `bytes_limit` bytes moved), sequentially (wrapping at the end) or at
 // uniformly random block-aligned offsets, and measures every request's latency from submission
 // to completion. Every completion is checked: one failed request fails the run.
@@ -19,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/engine.h"
-#include "io/swap_file.h"
+#include "tools/io_bench_target.h"
 #include "zinf/status.h"
 
 namespace zinf::tools {
@@ -57,23 +56,6 @@ struct IoBenchResult {
 };
 
 nlohmann::json ToJson(const IoBenchResult& r);
-
-class IoBenchTarget {
- public:
-  static Result<std::unique_ptr<IoBenchTarget>> Create(const std::vector<std::string>& dirs,
-                                                       uint64_t size, uint64_t stripe_bytes,
-                                                       bool keep);
-  io::SwapFile& swap() { return *swap_; }
-  uint64_t size() const { return swap_->size(); }
-  // Writes the whole file once (skipped when already done by this object).
-  Status EnsureFilled();
-  // The caller vouches that the file already holds data (a file kept from an earlier run).
-  void MarkFilled() { filled_ = true; }
-
- private:
-  std::unique_ptr<io::SwapFile> swap_;
-  bool filled_ = false;
-};
 
 Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec);
 

@@ -32,7 +32,7 @@ TEST(IoBenchTest, RefusesBlockLargerThanFileOrMisaligned) {
   auto t = IoBenchTarget::Create({dir.path()}, 1 << 20, 1 << 20, false);
   ASSERT_TRUE(t.ok());
   EXPECT_FALSE(RunIoBench(**t, {.block = 2 << 20, .seconds = 0.01}).ok());
-  if ((*t)->swap().offset_align() > 1) {
+  if ((*t)->offset_align() > 1) {
     EXPECT_FALSE(RunIoBench(**t, {.block = 1000, .seconds = 0.01}).ok());
   }
 }
