@@ -267,15 +267,16 @@ Result<Config> Config::FromString(std::string_view text, const ConfigParseOption
                                          doc.type_name())});
   }
 
-  Config c;
+  Config c = options.base != nullptr ? *options.base : Config();
   c.source = source;
   config_internal::ReadReport report;
   config_internal::ReadConfig(doc, &c, &report);
   c.unimplemented = std::move(report.unimplemented);
   c.auto_keys = std::move(report.auto_keys);
+  c.given_keys = std::move(report.given);
   std::vector<std::string> lines = std::move(report.errors);
   // Cross-field rules only make sense over values that were read.
-  if (lines.empty()) lines = ValidateLines(c);
+  if (lines.empty() && options.validate) lines = ValidateLines(c);
   const bool strict = options.strict || c.zinf.strict;
   if (strict) {
     for (const auto& u : c.unimplemented) {
@@ -405,6 +406,8 @@ nlohmann::ordered_json Config::ToJson() const {
       params["total_num_steps"] = scheduler.total_num_steps;
     }
     out["scheduler"] = {{"type", SchedulerTypeName(scheduler.type)}, {"params", params}};
+  } else {
+    out["scheduler"] = nullptr;
   }
   out["fp16"] = {{"enabled", fp16.enabled},
                  {"loss_scale", fp16.loss_scale},

@@ -26,6 +26,13 @@
 //   a binary suffix ("4G", "512M", see src/base/units.h). DeepSpeed's `buffer_size`,
 //   `max_in_cpu`, `stage3_*` sizes and `sub_group_size` count elements, not bytes, as in DeepSpeed.
 // - The world size is 1 (one process, one device): train_batch_size = micro batch × accumulation.
+// - A document can be read onto a base config (ConfigParseOptions::base; `zinf train` reads its
+//   file onto the default job's config): a value the document gives replaces the base's, a key
+//   it leaves out keeps the base's value. Two groups are replaced whole when the document gives
+//   any part of them: the three batch keys (they resolve from each other, so a base's micro
+//   batch is not combined with a document's train_batch_size), and the `scheduler` block (its
+//   type decides which parameters apply; the parameters it leaves out take the defaults below).
+//   `"scheduler": null` means no scheduler (a constant learning rate) on any base.
 //
 // Thread-safety: a Config is a plain value; FromFile/FromString/Validate/ToJson are safe to
 // call from any thread on distinct objects (loading logs through src/base/log.h).
@@ -220,10 +227,18 @@ struct ZinfConfig {
   bool strict = false;  // refuse unimplemented DeepSpeed keys instead of warning
 };
 
+struct Config;
+
 struct ConfigParseOptions {
   bool strict = false;       // as zinf.strict (either one makes the load strict)
   std::string source_name;   // names the source in messages; FromFile uses the path
   bool log_warnings = true;  // log the one "not implemented" warning
+  // The config the document is read onto (see the contract above); null: the defaults below.
+  // Its unimplemented, auto_keys and given_keys are not carried over.
+  const Config* base = nullptr;
+  // False: the cross-field rules are left to the caller, who fills more fields (command-line
+  // flags, a swap directory) and then calls Validate().
+  bool validate = true;
 };
 
 struct Config {
@@ -239,6 +254,11 @@ struct Config {
   std::string source = "<defaults>";       // the file path, or the source name given
   std::vector<std::string> unimplemented;  // "path=value" of each accepted-but-ignored key
   std::vector<std::string> auto_keys;      // paths whose value was "auto"
+  // The paths (as ToJson writes them, aliases under their primary names) of the values the
+  // document set, in reading order. Groups are listed whole: "scheduler" for a scheduler block
+  // (null included), all three batch keys when one is given, fp16.enabled and bf16.enabled
+  // when either is (they decide the precision together).
+  std::vector<std::string> given_keys;
 
   // The defaults, as if loaded from "{}".
   static Config Defaults() { return Config(); }
@@ -266,7 +286,8 @@ struct Config {
   std::string SwapDir() const;
 
   // The effective config in the same layout (DeepSpeed keys plus the zinf block, in that
-  // order), without the unimplemented keys; FromString(ToJson().dump()) gives an equal config.
+  // order), without the unimplemented keys; "scheduler" is null when there is none.
+  // FromString(ToJson().dump()) gives an equal config, on any base.
   // Include <nlohmann/json.hpp> to use the result.
   nlohmann::ordered_json ToJson() const;
 };

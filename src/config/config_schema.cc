@@ -56,10 +56,10 @@ void ReadOffloadOptimizer(Reader r, OffloadOptimizerConfig* c) {
 }
 
 void ReadZero(Reader r, ZeroConfig* c, ReadReport* report) {
-  uint64_t stage = 3;
+  uint64_t stage = static_cast<uint64_t>(c->stage);
   r.Uint("stage", &stage, 0, 3, kAuto);
   c->stage = static_cast<int>(stage);
-  if (stage != 3) {
+  if (r.Has("stage") && stage != 3) {
     // zinf has no separate stage 0/1/2 paths: it always works like stage 3 (one rank).
     report->unimplemented.push_back(fmt::format("{}={}", r.PathOf("stage"), stage));
   }
@@ -137,6 +137,7 @@ void ReadAio(Reader r, AioConfig* c) {
                                               {"deepnvme", "aio"},
                                               {"posix", "posix"}};
   std::string_view backend = "";
+  r.GivenAs("io_backend", "engine");
   r.Enum("io_backend", &backend, backends, kAuto);
   if (!backend.empty() && !r.Has("engine")) engine = backend;
   c->engine = std::string(engine);
@@ -175,7 +176,7 @@ void ReadScheduler(Reader r, SchedulerConfig* c) {
   const Choices<SchedulerType> types = {{"WarmupLR", SchedulerType::kWarmupLR},
                                         {"WarmupDecayLR", SchedulerType::kWarmupDecayLR},
                                         {"WarmupCosineLR", SchedulerType::kWarmupCosineLR}};
-  SchedulerType type = SchedulerType::kNone;
+  SchedulerType type = c->type;
   r.Enum("type", &type, types, kPlain, {"LRRangeTest", "OneCycle"});
   const bool missing_type = r.present() && !r.Has("type");
   if (missing_type) {
@@ -268,19 +269,47 @@ void ReadZinf(Reader r, ZinfConfig* c) {
 
 // --- top level ----------------------------------------------------------------------------
 
+// Whether `report` holds `path` as given.
+bool Given(const ReadReport& report, std::string_view path) {
+  return std::find(report.given.begin(), report.given.end(), path) != report.given.end();
+}
+
 void ReadTop(Reader& r, Config* c, ReadReport* report) {
   ReadZero(r.Object("zero_optimization"), &c->zero, report);
   ReadAio(r.Object("aio"), &c->aio);
   ReadOptimizer(r.Object("optimizer", kNull), &c->optimizer);
+  // The scheduler block is one choice: given (null included: no scheduler), it replaces the
+  // base's schedule, its parameters starting from their defaults.
+  if (r.Has("scheduler")) {
+    c->scheduler = SchedulerConfig();
+    r.MarkGiven("scheduler");
+  }
   ReadScheduler(r.Object("scheduler", kNull), &c->scheduler);
   ReadFp16(r.Object("fp16"), &c->fp16);
   ReadBf16(r.Object(r.Alias("bf16", "bfloat16")), &c->bf16);
+  // The precision is decided by both blocks' "enabled" together.
+  if (Given(*report, "fp16.enabled") != Given(*report, "bf16.enabled")) {
+    report->given.push_back(Given(*report, "fp16.enabled") ? "bf16.enabled" : "fp16.enabled");
+  }
+  // The batch keys resolve from each other (Config::MicroBatchSize...): any of them given
+  // replaces all three, so a base's micro batch never mixes with the document's total.
   TrainConfig& t = c->train;
-  r.OptUint("train_batch_size", &t.train_batch_size, 1, kMaxBatch, kAuto | kNull);
-  r.OptUint("train_micro_batch_size_per_gpu", &t.train_micro_batch_size_per_gpu, 1, kMaxBatch,
+  TrainConfig batch;
+  r.OptUint("train_batch_size", &batch.train_batch_size, 1, kMaxBatch, kAuto | kNull);
+  r.OptUint("train_micro_batch_size_per_gpu", &batch.train_micro_batch_size_per_gpu, 1, kMaxBatch,
             kAuto | kNull);
-  r.OptUint("gradient_accumulation_steps", &t.gradient_accumulation_steps, 1, kMaxBatch,
+  r.OptUint("gradient_accumulation_steps", &batch.gradient_accumulation_steps, 1, kMaxBatch,
             kAuto | kNull);
+  if (batch.train_batch_size || batch.train_micro_batch_size_per_gpu ||
+      batch.gradient_accumulation_steps) {
+    t.train_batch_size = batch.train_batch_size;
+    t.train_micro_batch_size_per_gpu = batch.train_micro_batch_size_per_gpu;
+    t.gradient_accumulation_steps = batch.gradient_accumulation_steps;
+    for (const char* k : {"train_batch_size", "train_micro_batch_size_per_gpu",
+                          "gradient_accumulation_steps"}) {
+      if (!Given(*report, k)) report->given.push_back(k);
+    }
+  }
   r.Double("gradient_clipping", &t.gradient_clipping, AtLeast(0), kAuto);
   r.Uint("steps_per_print", &t.steps_per_print, 1, kU64Max, kAuto | kNull);
   r.Bool("wall_clock_breakdown", &t.wall_clock_breakdown, kAuto);

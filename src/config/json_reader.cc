@@ -101,6 +101,17 @@ std::string Reader::PathOf(std::string_view key) const {
   return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
 }
 
+std::string Reader::CanonicalPathOf(std::string_view key) const {
+  std::string_view name = key;
+  for (const auto& [alias, primary] : aliases_) {
+    if (alias == key) name = primary;
+  }
+  return canonical_path_.empty() ? std::string(name)
+                                 : canonical_path_ + "." + std::string(name);
+}
+
+void Reader::MarkGiven(std::string_view key) { report_->given.push_back(CanonicalPathOf(key)); }
+
 void Reader::Error(std::string_view key, std::string message) {
   report_->errors.push_back(fmt::format("{}: {}", PathOf(key), message));
 }
@@ -124,6 +135,7 @@ const json* Reader::Lookup(std::string_view key, unsigned flags) {
 
 std::string_view Reader::Alias(std::string_view primary, std::string_view alias) {
   Declare(alias);
+  aliases_.emplace_back(alias, primary);
   if (Has(primary) && Has(alias)) {
     Error(alias, fmt::format("also given as \"{}\"; expected one of the two names", primary));
   }
@@ -133,7 +145,10 @@ std::string_view Reader::Alias(std::string_view primary, std::string_view alias)
 void Reader::Uint(std::string_view key, uint64_t* out, uint64_t lo, uint64_t hi, unsigned flags) {
   const json* v = Lookup(key, flags);
   uint64_t x = 0;
-  if (v != nullptr && ToUint(key, *v, lo, hi, IntRangeText(lo, hi), &x)) *out = x;
+  if (v != nullptr && ToUint(key, *v, lo, hi, IntRangeText(lo, hi), &x)) {
+    *out = x;
+    MarkGiven(key);
+  }
 }
 
 void Reader::Uint32(std::string_view key, uint32_t* out, uint64_t lo, uint64_t hi, unsigned flags) {
@@ -146,7 +161,10 @@ void Reader::OptUint(std::string_view key, std::optional<uint64_t>* out, uint64_
                      unsigned flags) {
   const json* v = Lookup(key, flags);
   uint64_t x = 0;
-  if (v != nullptr && ToUint(key, *v, lo, hi, IntRangeText(lo, hi), &x)) *out = x;
+  if (v != nullptr && ToUint(key, *v, lo, hi, IntRangeText(lo, hi), &x)) {
+    *out = x;
+    MarkGiven(key);
+  }
 }
 
 void Reader::Bytes(std::string_view key, uint64_t* out, uint64_t lo, uint64_t hi, Align align,
@@ -180,6 +198,7 @@ void Reader::OptBytes(std::string_view key, std::optional<uint64_t>* out, uint64
     return;
   }
   *out = x;
+  MarkGiven(key);
 }
 
 void Reader::Double(std::string_view key, double* out, Range range, unsigned flags) {
@@ -192,7 +211,10 @@ void Reader::OptDouble(std::string_view key, std::optional<double>* out, Range r
                        unsigned flags) {
   const json* v = Lookup(key, flags);
   double x = 0;
-  if (v != nullptr && ToDouble(key, *v, range, &x)) *out = x;
+  if (v != nullptr && ToDouble(key, *v, range, &x)) {
+    *out = x;
+    MarkGiven(key);
+  }
 }
 
 void Reader::DoublePair(std::string_view key, double* first, double* second, Range range,
@@ -211,6 +233,7 @@ void Reader::DoublePair(std::string_view key, double* first, double* second, Ran
   if (ok_a && ok_b) {
     *first = a;
     *second = b;
+    MarkGiven(key);
   }
 }
 
@@ -228,6 +251,7 @@ void Reader::OptBool(std::string_view key, std::optional<bool>* out, unsigned fl
     return;
   }
   *out = v->get<bool>();
+  MarkGiven(key);
 }
 
 void Reader::String(std::string_view key, std::string* out, std::string_view what, unsigned flags) {
@@ -238,6 +262,7 @@ void Reader::String(std::string_view key, std::string* out, std::string_view wha
     return;
   }
   *out = v->get<std::string>();
+  MarkGiven(key);
 }
 
 void Reader::StringList(std::string_view key, std::vector<std::string>* out,
@@ -261,6 +286,7 @@ void Reader::StringList(std::string_view key, std::vector<std::string>* out,
     items.push_back(item.get<std::string>());
   }
   *out = std::move(items);
+  MarkGiven(key);
 }
 
 void Reader::EnumError(std::string_view key, const json& v, const std::vector<std::string>& names,
@@ -292,7 +318,7 @@ Reader Reader::Object(std::string_view key, unsigned flags) {
     Error(key, fmt::format("{} is {}; expected an object", ShowValue(*v), TypeWord(*v)));
     v = nullptr;
   }
-  return Reader(report_, v, PathOf(key), known_paths_, unknown_);
+  return Reader(report_, v, PathOf(key), known_paths_, unknown_, CanonicalPathOf(key));
 }
 
 void Reader::Unimplemented(std::string_view key, std::vector<json> neutral) {

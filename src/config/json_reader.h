@@ -6,7 +6,9 @@
 // with the nearest declared key when one is close. A getter leaves its output untouched when
 // the key is absent, is "auto" (with kAuto) or null (with kNull), or its value is refused;
 // refusals go to the ReadReport as "<json path>: <value> is <what is wrong>; expected <what
-// is allowed>", and reading goes on so that one load reports every problem.
+// is allowed>", and reading goes on so that one load reports every problem. A getter that
+// stores a value records its path in ReadReport::given, an alias under its primary name
+// ("zinf.model.n_layer" is recorded as "zinf.model.layers").
 //
 // Thread-safety: a Reader and what it points at belong to one thread.
 #pragma once
@@ -67,11 +69,15 @@ bool AsksNothing(const nlohmann::json& v);
 
 class Reader {
  public:
+  // `path` names the object in messages (as the document spells it); `canonical_path` in
+  // ReadReport::given (primary names; empty: the same as `path`).
   Reader(ReadReport* report, const nlohmann::json* object, std::string path,
-         std::vector<std::string>* known_paths, std::vector<UnknownKey>* unknown)
+         std::vector<std::string>* known_paths, std::vector<UnknownKey>* unknown,
+         std::string canonical_path = {})
       : report_(report),
         object_(object),
         path_(std::move(path)),
+        canonical_path_(canonical_path.empty() ? path_ : std::move(canonical_path)),
         known_paths_(known_paths),
         unknown_(unknown) {}
 
@@ -79,6 +85,13 @@ class Reader {
   bool Has(std::string_view key) const;
   std::string PathOf(std::string_view key) const;  // "zero_optimization.stage"
   void Error(std::string_view key, std::string message);
+  // Records `key` (or its primary name, when it is an alias) in ReadReport::given.
+  void MarkGiven(std::string_view key);
+  // Records `key` under `primary` in ReadReport::given from now on (a key that feeds another
+  // field, as aio.io_backend feeds aio.engine); declares nothing.
+  void GivenAs(std::string_view key, std::string_view primary) {
+    aliases_.emplace_back(key, primary);
+  }
 
   // Declares `key`; returns its value when present and not an "auto"/null stand-in for the
   // default, else nullptr.
@@ -123,6 +136,7 @@ class Reader {
       for (const auto& [name, value] : choices) {
         if (EqualsIgnoringCase(s, name)) {
           *out = value;
+          MarkGiven(key);
           return;
         }
       }
@@ -146,6 +160,7 @@ class Reader {
 
  private:
   void Declare(std::string_view key);
+  std::string CanonicalPathOf(std::string_view key) const;  // the primary name's path
   void EnumError(std::string_view key, const nlohmann::json& v,
                  const std::vector<std::string>& names,
                  const std::vector<std::string_view>& refused);
@@ -156,6 +171,8 @@ class Reader {
   ReadReport* report_;
   const nlohmann::json* object_;
   std::string path_;
+  std::string canonical_path_;
+  std::vector<std::pair<std::string, std::string>> aliases_;  // (alias, primary) of Alias()
   std::vector<std::string>* known_paths_;
   std::vector<UnknownKey>* unknown_;
   std::vector<std::string> declared_;
