@@ -1,6 +1,7 @@
 // `zinf train`: train the GPT-2 model of the config (or of the flags) with its state paged
 // among the device, pinned host memory and NVMe. Without flags it runs the default job: a small
 // model whose parameters and optimizer state live on NVMe under build/, about a minute here.
+// One set of defaults: the default job's; a config file's keys replace them, flags replace both.
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 
 #include "src/base/units.h"
 #include "src/config/config.h"
+#include "src/train/default_job.h"
 #include "src/train/trainer.h"
 #include "tools/commands.h"
 
@@ -52,31 +54,14 @@ std::string ExecutableDir() {
   return ec ? std::string(".") : p.parent_path().string();
 }
 
-// The config: the file, or the default job's when none is given; then the flags on top.
+// The config: the default job's (src/train/default_job.h), the file's keys on top of it, then
+// the flags on top of both.
 Result<Config> BuildConfig(const CLI::App& cmd, const TrainArgs& a) {
-  Config c;
+  const Config defaults = train::DefaultJobConfig();
+  Config c = defaults;
   if (!a.config.empty()) {
-    ZINF_ASSIGN_OR_RETURN(c, Config::FromFile(a.config, {.strict = a.strict}));
-  } else {
-    // The default job: 6 blocks of width 192 (2.7M parameters), 8 x 128 tokens a step; the 16-bit
-    // weights, master weights, Adam moments and gradients homed on NVMe; a device budget that
-    // holds the activations and a few blocks, a pinned budget the optimizer slabs and a few
-    // shards — so everything pages.
-    c.zinf.model = {.layers = 6, .width = 192, .heads = 6, .seq_len = 128, .vocab = 256};
-    c.train.train_micro_batch_size_per_gpu = 8;
-    c.optimizer.lr = 2e-3;
-    c.optimizer.weight_decay = 0.0;
-    c.scheduler.type = SchedulerType::kWarmupCosineLR;
-    c.scheduler.warmup_num_steps = 10;
-    c.scheduler.warmup_type = WarmupType::kLinear;
-    c.scheduler.warmup_min_ratio = 0.0;
-    c.scheduler.cos_min_ratio = 0.1;
-    c.train.gradient_clipping = 1.0;
-    c.zinf.budgets.device_bytes = 48ull << 20;
-    c.zinf.budgets.pinned_bytes = 24ull << 20;
-    c.zero.offload_param.device = OffloadDevice::kNvme;
-    c.zero.offload_optimizer.device = OffloadDevice::kNvme;
-    c.source = "<zinf train defaults>";
+    ZINF_ASSIGN_OR_RETURN(
+        c, Config::FromFile(a.config, {.strict = a.strict, .base = &defaults, .validate = false}));
   }
   auto set = [&](const char* flag) { return cmd.count(flag) > 0; };
   if (set("--layers")) c.zinf.model.layers = a.layers;
@@ -219,7 +204,9 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "train", "Train a GPT-2 model with its state paged among device, pinned host memory and "
                "NVMe (defaults: a small model on NVMe under build/, about a minute)");
-  cmd->add_option("--config", a->config, "JSON config (DeepSpeed keys + zinf block); flags override it")
+  cmd->add_option("--config", a->config,
+                  "JSON config (DeepSpeed keys + zinf block): its keys replace the default job's, "
+                  "flags replace both")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--strict", a->strict, "Refuse DeepSpeed keys zinf does not implement");
   // The flags' ranges are those config_schema.cc enforces on a file's keys: Config::Validate

@@ -263,6 +263,41 @@ TEST(TrainCliTest, TakesTheModelFromAConfigAndRefusesATypo) {
   EXPECT_NE(r.err.find("zinf.modle"), std::string::npos) << r.err;
 }
 
+// One set of defaults: a config file's keys replace the default job's, the rest stay the
+// default job's (batch 8, NVMe offload, 48M/24M budgets, warm-up from lr 0), not Config's own
+// (batch 1, nothing offloaded, constant lr, budgets sized from the machine).
+TEST(TrainCliTest, AConfigFileStartsFromTheDefaultJob) {
+  TempDir dir;
+  const std::string model =
+      R"("zinf": {"model": {"layers": 2, "width": 32, "heads": 4, "seq_len": 16, "vocab": 64}})";
+  const std::string only_model = dir / "model.json";
+  std::ofstream(only_model) << "{" << model << "}";
+  const std::string run = " --steps 2 --synthetic-bytes 65536 --swap-dir " + dir / "swap" +
+                          " --summary-json " + dir / "summary.json" + " --losses " +
+                          dir / "losses.jsonl";
+  auto r = RunZinf("train --config " + only_model + run, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json s = ReadJson(dir / "summary.json");
+  EXPECT_EQ(s.value("params", 0u), kParams) << s;
+  EXPECT_EQ(s.value("tokens_per_step", 0u), 8u * 16) << s;
+  EXPECT_GT(s.value("nvme_read_bytes", 0u), 0u) << s;
+  EXPECT_EQ(s.value("device_budget_bytes", 0u), 48u << 20) << s;
+  EXPECT_EQ(s.value("pinned_budget_bytes", 0u), 24u << 20) << s;
+  auto losses = ReadJsonLines(dir / "losses.jsonl");
+  ASSERT_EQ(losses.size(), 2u);
+  EXPECT_EQ(losses[0]["lr"].get<double>(), 0.0) << "not the default job's warm-up";
+
+  // DeepSpeed's keys keep their meaning on top of the defaults: "cpu" is host memory, no NVMe.
+  const std::string on_cpu = dir / "cpu.json";
+  std::ofstream(on_cpu) << R"({"zero_optimization": {"offload_param": {"device": "cpu"},
+      "offload_optimizer": {"device": "cpu"}}, )" << model << "}";
+  r = RunZinf("train --config " + on_cpu + run, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  s = ReadJson(dir / "summary.json");
+  EXPECT_EQ(s.value("nvme_read_bytes", 1u), 0u) << s;
+  EXPECT_EQ(s.value("tokens_per_step", 0u), 8u * 16) << s;
+}
+
 // A flag out of the range the config file's key has is bad usage (exit 2, naming the flag), as
 // the same value in a file would be; before anything runs.
 TEST(TrainCliTest, RefusesOutOfRangeFlags) {
