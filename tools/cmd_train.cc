@@ -5,17 +5,15 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <filesystem>
 #include <limits>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "src/base/units.h"
-#include "src/config/config.h"
-#include "src/train/default_job.h"
 #include "src/train/trainer.h"
 #include "tools/commands.h"
+#include "tools/train_config.h"
 
 namespace zinf::tools {
 namespace {
@@ -36,113 +34,27 @@ const CLI::Validator kNonNegative(
     },
     "NONNEGATIVE");
 
-struct TrainArgs {
-  std::string config, data, init, save, losses, summary, trace, swap_dir, device = "auto";
-  std::string device_budget, pinned_budget, offload, precision;
-  bool strict = false, profile = false, overlap_adam = false;
-  uint64_t steps = 150, eval_every = 0, synthetic_bytes = 4 << 20;
-  uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;
-  double lr = 0, clip = -1, h2d_gbps = 0;
-  uint64_t seed = 0;
-  bool seed_set = false;
-};
-
-// The directory holding the running executable (build/ for build/zinf).
-std::string ExecutableDir() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : p.parent_path().string();
-}
-
-// The config: the default job's (src/train/default_job.h), the file's keys on top of it, then
-// the flags on top of both.
-Result<Config> BuildConfig(const CLI::App& cmd, const TrainArgs& a) {
-  const Config defaults = train::DefaultJobConfig();
-  Config c = defaults;
-  if (!a.config.empty()) {
-    ZINF_ASSIGN_OR_RETURN(
-        c, Config::FromFile(a.config, {.strict = a.strict, .base = &defaults, .validate = false}));
-  }
-  auto set = [&](const char* flag) { return cmd.count(flag) > 0; };
-  if (set("--layers")) c.zinf.model.layers = a.layers;
-  if (set("--width")) c.zinf.model.width = a.width;
-  if (set("--heads")) c.zinf.model.heads = a.heads;
-  if (set("--seq-len")) c.zinf.model.seq_len = a.seq_len;
-  if (set("--vocab")) c.zinf.model.vocab = a.vocab;
-  if (set("--batch")) {
-    c.train.train_micro_batch_size_per_gpu = a.batch;
-    c.train.train_batch_size.reset();
-  }
-  if (set("--grad-accum")) {
-    c.train.gradient_accumulation_steps = a.accum;
-    c.train.train_batch_size.reset();
-  }
-  if (set("--lr")) {
-    c.optimizer.lr = a.lr;
-    c.scheduler.warmup_max_lr.reset();
-  }
-  if (set("--clip")) c.train.gradient_clipping = a.clip;
-  if (set("--overlap-adam")) c.zinf.overlap_adam = a.overlap_adam;
-  if (set("--seed")) c.zinf.seed = a.seed;
-  if (set("--precision")) {
-    c.fp16.enabled = a.precision == "fp16";
-    c.bf16.enabled = a.precision == "bf16";
-  }
-  if (set("--device-budget")) {
-    ZINF_ASSIGN_OR_RETURN(uint64_t b, ParseBytes(a.device_budget));
-    c.zinf.budgets.device_bytes = b;
-  }
-  if (set("--pinned-budget")) {
-    ZINF_ASSIGN_OR_RETURN(uint64_t b, ParseBytes(a.pinned_budget));
-    c.zinf.budgets.pinned_bytes = b;
-  }
-  if (set("--offload")) {
-    OffloadDevice d = a.offload == "nvme"  ? OffloadDevice::kNvme
-                      : a.offload == "cpu" ? OffloadDevice::kCpu
-                                           : OffloadDevice::kNone;
-    c.zero.offload_param.device = d;
-    c.zero.offload_optimizer.device = d;
-  }
-  if (set("--swap-dir")) c.zinf.swap_dir = a.swap_dir;
-  const bool nvme = c.zero.offload_param.device == OffloadDevice::kNvme ||
-                    c.zero.offload_optimizer.device == OffloadDevice::kNvme;
-  if (nvme) {
-    // A swap directory: the flag, the config's, else build/train-swap next to the executable.
-    if (c.SwapDir().empty() && c.zinf.stripe_paths.empty()) {
-      c.zinf.swap_dir = ExecutableDir() + "/train-swap";
-    }
-    if (c.zero.offload_param.device == OffloadDevice::kNvme && c.zero.offload_param.nvme_path.empty()) {
-      c.zero.offload_param.nvme_path = c.SwapDir();
-    }
-    if (c.zero.offload_optimizer.device == OffloadDevice::kNvme &&
-        c.zero.offload_optimizer.nvme_path.empty()) {
-      c.zero.offload_optimizer.nvme_path = c.SwapDir();
-    }
-    for (const std::string& dir : c.zinf.stripe_paths.empty()
-                                      ? std::vector<std::string>{c.SwapDir()}
-                                      : c.zinf.stripe_paths) {
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec) return InvalidArgument(fmt::format("swap directory {}: {}", dir, ec.message()));
-    }
-  }
-  ZINF_RETURN_IF_ERROR(c.Validate());
-  return c;
-}
-
 int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
-  auto cfg = BuildConfig(cmd, a);
+  auto cfg = BuildTrainConfig(cmd, a);
   if (!cfg.ok()) {
     fmt::print(stderr, "zinf train: {}\n", cfg.status().ToString());
     return 2;
+  }
+  if (a.print_config) {
+    fmt::print("{}", cfg->sources.Annotate(cfg->config));
+    return 0;
   }
   auto kind = ParseDeviceKind(a.device);
   if (!kind.ok()) {
     fmt::print(stderr, "zinf train: --device: {}\n", kind.status().ToString());
     return 2;
   }
+  if (Status s = PrepareSwapDirs(cfg->config); !s.ok()) {
+    fmt::print(stderr, "zinf train: {}\n", s.ToString());
+    return 2;
+  }
   train::TrainOptions o;
-  o.config = *cfg;
+  o.config = cfg->config;
   o.steps = a.steps;
   o.data_path = a.data;
   o.synthetic_bytes = a.synthetic_bytes;
@@ -250,6 +162,9 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_flag("--overlap-adam", a->overlap_adam,
                 "zinf.overlap_adam: each unit's Adam during backward (clipping with the previous "
                 "step's coefficient)");
+  cmd->add_flag("--print-config", a->print_config,
+                "Print the merged config (the default job's, then --config, then the flags) as "
+                "JSON, each value with where it came from, and exit without training");
   cmd->add_flag("--profile", a->profile,
                 "Also measure compute, NVMe I/O and Adam alone and print the step over the largest");
   cmd->callback([a, cmd, &exit_code] { exit_code = RunTrain(*cmd, *a); });

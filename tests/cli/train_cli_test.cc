@@ -298,6 +298,55 @@ TEST(TrainCliTest, AConfigFileStartsFromTheDefaultJob) {
   EXPECT_EQ(s.value("tokens_per_step", 0u), 8u * 16) << s;
 }
 
+// The text after "// " on the line of `"key": ` in --print-config's output.
+std::string SourceOf(const std::string& printed, const std::string& key) {
+  for (const std::string& l : Lines(printed)) {
+    const size_t at = l.find("\"" + key + "\": ");
+    const size_t comment = l.find("// ");
+    if (at != std::string::npos && comment != std::string::npos) return l.substr(comment + 3);
+  }
+  return "<no line for " + key + ">";
+}
+
+// --print-config: the merged config with each value's source (a default, the file, a flag over
+// the file), without training or creating anything; the output loads back as the same config.
+TEST(TrainCliTest, PrintConfigNamesWhereEachValueCameFrom) {
+  TempDir dir;
+  const std::string file = dir / "run.json";
+  std::ofstream(file) << R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+      "gradient_clipping": 0.5, "zinf": {"model": {"layers": 3}}})";
+  const std::string swap = dir / "swap";
+  auto r = RunZinf("train --config " + file + " --lr 5e-4 --swap-dir " + swap + " --print-config",
+                   dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(ProgressLines(r.out).empty()) << r.out;
+  EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(swap)) << "--print-config created the swap directory";
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false,
+                                                 /*ignore_comments=*/true);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["optimizer"]["params"]["lr"], 5e-4);
+  EXPECT_EQ(SourceOf(r.out, "lr"), "--lr");  // the flag over the file
+  EXPECT_EQ(j["gradient_clipping"], 0.5);
+  EXPECT_EQ(SourceOf(r.out, "gradient_clipping"), file);
+  EXPECT_EQ(j["zinf"]["model"]["layers"], 3);
+  EXPECT_EQ(SourceOf(r.out, "layers"), file);
+  EXPECT_EQ(j["zinf"]["model"]["width"], 192);  // the default job's
+  EXPECT_EQ(SourceOf(r.out, "width"), "default");
+  EXPECT_EQ(j["train_micro_batch_size_per_gpu"], 8);
+  EXPECT_EQ(SourceOf(r.out, "train_micro_batch_size_per_gpu"), "default");
+  EXPECT_EQ(j["zero_optimization"]["offload_param"]["nvme_path"], swap);
+  EXPECT_EQ(SourceOf(r.out, "nvme_path"), "--swap-dir");
+
+  // Read back as a config file, it is the same config.
+  const std::string printed = dir / "printed.json";
+  std::ofstream(printed) << r.out;
+  auto again = RunZinf("train --config " + printed + " --print-config", dir.path());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out, nullptr, false, true), j) << again.out;
+  EXPECT_EQ(SourceOf(again.out, "width"), printed);
+}
+
 // A flag out of the range the config file's key has is bad usage (exit 2, naming the flag), as
 // the same value in a file would be; before anything runs.
 TEST(TrainCliTest, RefusesOutOfRangeFlags) {

@@ -1,0 +1,137 @@
+#include "tools/train_config.h"
+
+#include <filesystem>
+#include <initializer_list>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "src/base/units.h"
+#include "src/train/default_job.h"
+
+namespace zinf::tools {
+namespace {
+
+// The directory holding the running executable (build/ for build/zinf).
+std::string ExecutableDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+bool UsesNvme(const Config& c) {
+  return c.zero.offload_param.device == OffloadDevice::kNvme ||
+         c.zero.offload_optimizer.device == OffloadDevice::kNvme;
+}
+
+// The flags on top of the config: each flag given sets its values and records itself as their
+// source (a flag that also clears a value derived from it names that value too).
+Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSources& sources) {
+  auto set = [&](const char* flag, std::initializer_list<const char*> paths) {
+    if (cmd.count(flag) == 0) return false;
+    for (const char* p : paths) sources.Set(p, flag);
+    return true;
+  };
+  if (set("--layers", {"zinf.model.layers"})) c.zinf.model.layers = a.layers;
+  if (set("--width", {"zinf.model.width"})) c.zinf.model.width = a.width;
+  if (set("--heads", {"zinf.model.heads"})) c.zinf.model.heads = a.heads;
+  if (set("--seq-len", {"zinf.model.seq_len"})) c.zinf.model.seq_len = a.seq_len;
+  if (set("--vocab", {"zinf.model.vocab"})) c.zinf.model.vocab = a.vocab;
+  if (set("--batch", {"train_micro_batch_size_per_gpu", "train_batch_size"})) {
+    c.train.train_micro_batch_size_per_gpu = a.batch;
+    c.train.train_batch_size.reset();
+  }
+  if (set("--grad-accum", {"gradient_accumulation_steps", "train_batch_size"})) {
+    c.train.gradient_accumulation_steps = a.accum;
+    c.train.train_batch_size.reset();
+  }
+  if (set("--lr", {"optimizer.params.lr", "scheduler.params.warmup_max_lr"})) {
+    c.optimizer.lr = a.lr;
+    c.scheduler.warmup_max_lr.reset();
+  }
+  if (set("--clip", {"gradient_clipping"})) c.train.gradient_clipping = a.clip;
+  if (set("--overlap-adam", {"zinf.overlap_adam"})) c.zinf.overlap_adam = a.overlap_adam;
+  if (set("--seed", {"zinf.seed"})) c.zinf.seed = a.seed;
+  if (set("--precision", {"fp16.enabled", "bf16.enabled"})) {
+    c.fp16.enabled = a.precision == "fp16";
+    c.bf16.enabled = a.precision == "bf16";
+  }
+  if (set("--device-budget", {"zinf.budgets.device_bytes"})) {
+    auto b = ParseBytes(a.device_budget);
+    if (!b.ok()) return InvalidArgument("--device-budget: " + b.status().message());
+    c.zinf.budgets.device_bytes = *b;
+  }
+  if (set("--pinned-budget", {"zinf.budgets.pinned_bytes"})) {
+    auto b = ParseBytes(a.pinned_budget);
+    if (!b.ok()) return InvalidArgument("--pinned-budget: " + b.status().message());
+    c.zinf.budgets.pinned_bytes = *b;
+  }
+  if (set("--offload", {"zero_optimization.offload_param.device",
+                        "zero_optimization.offload_optimizer.device"})) {
+    const OffloadDevice d = a.offload == "nvme"  ? OffloadDevice::kNvme
+                            : a.offload == "cpu" ? OffloadDevice::kCpu
+                                                 : OffloadDevice::kNone;
+    c.zero.offload_param.device = d;
+    c.zero.offload_optimizer.device = d;
+  }
+  if (set("--swap-dir", {"zinf.swap_dir"})) c.zinf.swap_dir = a.swap_dir;
+  return Status::Ok();
+}
+
+// With NVMe in use: a swap directory (the flag's, the config's, else build/train-swap next to
+// the executable) and each empty nvme_path set to it, with the source of the directory used.
+void FillSwapPaths(Config& c, ConfigSources& sources) {
+  if (!UsesNvme(c)) return;
+  if (c.SwapDir().empty() && c.zinf.stripe_paths.empty()) {
+    c.zinf.swap_dir = ExecutableDir() + "/train-swap";
+    sources.Set("zinf.swap_dir", kDefaultSource);
+  }
+  const std::string dir = c.SwapDir();
+  const std::string dir_source =
+      !c.zinf.swap_dir.empty()                     ? sources.Of("zinf.swap_dir")
+      : !c.zero.offload_optimizer.nvme_path.empty() ? sources.Of("zero_optimization.offload_optimizer.nvme_path")
+                                                    : sources.Of("zero_optimization.offload_param.nvme_path");
+  auto fill = [&](OffloadDevice device, std::string& path, const char* key) {
+    if (device != OffloadDevice::kNvme || !path.empty()) return;
+    path = dir;
+    sources.Set(key, dir_source);
+  };
+  fill(c.zero.offload_param.device, c.zero.offload_param.nvme_path,
+       "zero_optimization.offload_param.nvme_path");
+  fill(c.zero.offload_optimizer.device, c.zero.offload_optimizer.nvme_path,
+       "zero_optimization.offload_optimizer.nvme_path");
+}
+
+}  // namespace
+
+Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a) {
+  const Config defaults = train::DefaultJobConfig();
+  TrainRunConfig r{defaults, {}};
+  Config& c = r.config;
+  if (!a.config.empty()) {
+    ZINF_ASSIGN_OR_RETURN(
+        c, Config::FromFile(a.config, {.strict = a.strict, .base = &defaults, .validate = false}));
+    r.sources.SetAll(c.given_keys, a.config);
+  }
+  ZINF_RETURN_IF_ERROR(ApplyFlags(cmd, a, c, r.sources));
+  FillSwapPaths(c, r.sources);
+  // WarmupLR/WarmupDecayLR without warmup_max_lr peak at the optimizer's lr: its source.
+  if (!c.scheduler.warmup_max_lr) {
+    r.sources.Set("scheduler.params.warmup_max_lr", r.sources.Of("optimizer.params.lr"));
+  }
+  ZINF_RETURN_IF_ERROR(c.Validate());
+  return r;
+}
+
+Status PrepareSwapDirs(const Config& c) {
+  if (!UsesNvme(c)) return Status::Ok();
+  for (const std::string& dir : c.zinf.stripe_paths.empty() ? std::vector<std::string>{c.SwapDir()}
+                                                            : c.zinf.stripe_paths) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return InvalidArgument(fmt::format("swap directory {}: {}", dir, ec.message()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace zinf::tools

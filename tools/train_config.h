@@ -1,0 +1,48 @@
+// tools/train_config.h — the config of one `zinf train` run, and where each value came from.
+//
+// Contract: BuildTrainConfig starts from the default job's config (src/train/default_job.h),
+// reads the --config file onto it (a key the file gives replaces the default; see
+// src/config/config.h for the groups replaced whole), then applies the flags the command line
+// gave (`cmd.count(flag)`), each replacing the value it names. With NVMe in use and no swap
+// directory anywhere it picks build/train-swap next to the executable, and fills each empty
+// nvme_path with the swap directory. It then Validate()s and returns the config with a
+// ConfigSources naming, for each value, `default`, the file's path or the flag. It creates
+// nothing: PrepareSwapDirs creates the swap directories before a run.
+// Errors: the file's problems as Config::FromFile reports them, a byte-size flag that does not
+// parse (naming the flag), the cross-field rules of Config::Validate.
+//
+// Thread-safety: single-threaded (called from the command's callback).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "src/config/config.h"
+#include "src/config/config_sources.h"
+#include "zinf/status.h"
+
+namespace zinf::tools {
+
+// The options of `zinf train`, as CLI11 fills them.
+struct TrainArgs {
+  std::string config, data, init, save, losses, summary, trace, swap_dir, device = "auto";
+  std::string device_budget, pinned_budget, offload, precision;
+  bool strict = false, profile = false, overlap_adam = false, print_config = false;
+  uint64_t steps = 150, eval_every = 0, synthetic_bytes = 4 << 20;
+  uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;
+  double lr = 0, clip = -1, h2d_gbps = 0;
+  uint64_t seed = 0;
+};
+
+struct TrainRunConfig {
+  Config config;
+  ConfigSources sources;
+};
+
+Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& args);
+
+// Creates the swap directories the config names (NVMe offload only).
+Status PrepareSwapDirs(const Config& config);
+
+}  // namespace zinf::tools
