@@ -142,6 +142,11 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_option("--grad-accum", a->accum, "gradient_accumulation_steps")
       ->check(CLI::Range(1u, std::numeric_limits<uint32_t>::max()));
   cmd->add_option("--lr", a->lr, "optimizer.params.lr")->check(kNonNegative);
+  cmd->add_option("--schedule", a->schedule,
+                  "Learning-rate schedule: constant (no scheduler), warmup (WarmupLR), cosine "
+                  "(WarmupCosineLR) or decay (WarmupDecayLR); its parameters stay the config's "
+                  "(default: cosine, 10 linear warm-up steps from 0)")
+      ->check(CLI::IsMember({"constant", "warmup", "cosine", "decay"}));
   cmd->add_option("--clip", a->clip, "gradient_clipping (0 = off)")->check(kNonNegative);
   cmd->add_option("--seed", a->seed, "zinf.seed: weights and data");
   cmd->add_option("--precision", a->precision, "bf16 or fp16 (dynamic loss scaling)")

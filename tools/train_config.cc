@@ -49,6 +49,16 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
     c.optimizer.lr = a.lr;
     c.scheduler.warmup_max_lr.reset();
   }
+  if (cmd.count("--schedule") > 0) {
+    // Only the type changes; its parameters stay what the config says.
+    const SchedulerType t = a.schedule == "warmup"   ? SchedulerType::kWarmupLR
+                            : a.schedule == "cosine" ? SchedulerType::kWarmupCosineLR
+                            : a.schedule == "decay"  ? SchedulerType::kWarmupDecayLR
+                                                     : SchedulerType::kNone;
+    c.scheduler.type = t;
+    // "constant" is the whole block (written as null).
+    sources.Set(t == SchedulerType::kNone ? "scheduler" : "scheduler.type", "--schedule");
+  }
   if (set("--clip", {"gradient_clipping"})) c.train.gradient_clipping = a.clip;
   if (set("--overlap-adam", {"zinf.overlap_adam"})) c.zinf.overlap_adam = a.overlap_adam;
   if (set("--seed", {"zinf.seed"})) c.zinf.seed = a.seed;

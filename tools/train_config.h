@@ -27,7 +27,7 @@ namespace zinf::tools {
 // The options of `zinf train`, as CLI11 fills them.
 struct TrainArgs {
   std::string config, data, init, save, losses, summary, trace, swap_dir, device = "auto";
-  std::string device_budget, pinned_budget, offload, precision;
+  std::string device_budget, pinned_budget, offload, precision, schedule;
   bool strict = false, profile = false, overlap_adam = false, print_config = false;
   uint64_t steps = 150, eval_every = 0, synthetic_bytes = 4 << 20;
   uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;

@@ -298,9 +298,16 @@ TEST(TrainCliTest, AConfigFileStartsFromTheDefaultJob) {
   EXPECT_EQ(s.value("tokens_per_step", 0u), 8u * 16) << s;
 }
 
-// The text after "// " on the line of `"key": ` in --print-config's output.
-std::string SourceOf(const std::string& printed, const std::string& key) {
+// The text after "// " on the first line of `"key": ` in --print-config's output (after the
+// line of `"block": `, when given).
+std::string SourceOf(const std::string& printed, const std::string& key,
+                     const std::string& block = "") {
+  bool in_block = block.empty();
   for (const std::string& l : Lines(printed)) {
+    if (!in_block) {
+      in_block = l.find("\"" + block + "\": ") != std::string::npos;
+      continue;
+    }
     const size_t at = l.find("\"" + key + "\": ");
     const size_t comment = l.find("// ");
     if (at != std::string::npos && comment != std::string::npos) return l.substr(comment + 3);
@@ -345,6 +352,40 @@ TEST(TrainCliTest, PrintConfigNamesWhereEachValueCameFrom) {
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(nlohmann::json::parse(again.out, nullptr, false, true), j) << again.out;
   EXPECT_EQ(SourceOf(again.out, "width"), printed);
+}
+
+// --schedule constant: no warm-up, step 1 trains at --lr (the default job warms up from 0);
+// the other names pick DeepSpeed's schedulers, keeping the config's parameters.
+TEST(TrainCliTest, ScheduleConstantTrainsTheFirstStepAtLr) {
+  TempDir dir;
+  auto r = RunZinf(Tiny(2) + " --offload none --schedule constant --lr 5e-4 --losses " +
+                       dir / "losses.jsonl",
+                   dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto progress = ProgressLines(r.out);
+  ASSERT_EQ(progress.size(), 2u) << r.out;
+  EXPECT_NE(progress[0].find("| lr 5.00e-04 |"), std::string::npos) << progress[0];
+  const auto losses = ReadJsonLines(dir / "losses.jsonl");
+  ASSERT_EQ(losses.size(), 2u);
+  EXPECT_EQ(losses[0]["lr"].get<double>(), 5e-4);
+  EXPECT_EQ(losses[1]["lr"].get<double>(), 5e-4);
+
+  r = RunZinf("train --schedule constant --print-config", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(r.out, nullptr, false, true)["scheduler"].is_null()) << r.out;
+  EXPECT_EQ(SourceOf(r.out, "scheduler"), "--schedule");
+  for (const auto& [name, type] : {std::pair{"warmup", "WarmupLR"}, {"cosine", "WarmupCosineLR"},
+                                   {"decay", "WarmupDecayLR"}}) {
+    r = RunZinf(std::string("train --print-config --schedule ") + name, dir.path());
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out, nullptr, false, true);
+    EXPECT_EQ(j["scheduler"]["type"], type) << r.out;
+    EXPECT_EQ(SourceOf(r.out, "type", "scheduler"), "--schedule") << r.out;
+    EXPECT_EQ(j["scheduler"]["params"]["warmup_num_steps"], 10) << r.out;  // the default job's
+  }
+  r = RunZinf("train --print-config --schedule linear", dir.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--schedule"), std::string::npos) << r.err;
 }
 
 // A flag out of the range the config file's key has is bad usage (exit 2, naming the flag), as
