@@ -159,7 +159,10 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_option("--pinned-budget", a->pinned_budget, "zinf.budgets.pinned_bytes, e.g. 4G");
   cmd->add_option("--h2d-gbps", a->h2d_gbps, "Host-emulated device: link GB/s (0 = memcpy)");
   cmd->add_option("--eval-every", a->eval_every, "Validation loss every N steps and at the end");
-  cmd->add_option("--init", a->init, "Start from these weights (safetensors)")->check(CLI::ExistingFile);
+  cmd->add_option("--init", a->init,
+                  "Start from these weights (safetensors); the model's sizes are those the file "
+                  "records (a file or flag that disagrees is refused)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--save", a->save, "Write the final fp32 weights (safetensors)");
   cmd->add_option("--losses", a->losses, "Write each step's loss as JSON lines");
   cmd->add_option("--summary-json", a->summary, "Write the run's summary as one JSON object");

@@ -2,12 +2,15 @@
 
 #include <filesystem>
 #include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "src/base/units.h"
+#include "src/runtime/offload_runtime.h"
 #include "src/train/default_job.h"
+#include "src/train/weights_io.h"
 
 namespace zinf::tools {
 namespace {
@@ -17,11 +20,6 @@ std::string ExecutableDir() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string(".") : p.parent_path().string();
-}
-
-bool UsesNvme(const Config& c) {
-  return c.zero.offload_param.device == OffloadDevice::kNvme ||
-         c.zero.offload_optimizer.device == OffloadDevice::kNvme;
 }
 
 // The flags on top of the config: each flag given sets its values and records itself as their
@@ -88,6 +86,45 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
   return Status::Ok();
 }
 
+// --init FILE: the model's sizes the file records replace the defaults; one a file or flag
+// gave must agree with the file's.
+Status TakeModelFromInit(const std::string& path, Config& c, ConfigSources& sources) {
+  ZINF_ASSIGN_OR_RETURN(train::RecordedModel recorded, train::ReadRecordedModel(path));
+  struct Size {
+    const char* key;       // under zinf.model
+    const char* metadata;  // the file's name for it
+    std::optional<uint32_t> recorded;
+    uint32_t* value;
+  };
+  ModelConfig& m = c.zinf.model;
+  const Size sizes[] = {{"layers", "n_layer", recorded.layers, &m.layers},
+                        {"width", "n_embd", recorded.width, &m.width},
+                        {"heads", "n_head", recorded.heads, &m.heads},
+                        {"seq_len", "block_size", recorded.seq_len, &m.seq_len},
+                        {"vocab", "vocab_size", recorded.vocab, &m.vocab}};
+  std::vector<std::string> problems;
+  for (const Size& s : sizes) {
+    if (!s.recorded) continue;
+    const std::string json_path = std::string("zinf.model.") + s.key;
+    const std::string source = sources.Of(json_path);
+    if (source == kDefaultSource) {
+      *s.value = *s.recorded;
+      sources.Set(json_path, "--init " + path);
+    } else if (*s.value != *s.recorded) {
+      problems.push_back(fmt::format(
+          "{}: {} (from {}) disagrees with --init {}, whose weights record {} {}; expected the "
+          "same, or leave {} to take the file's",
+          json_path, *s.value, source, path, s.metadata, *s.recorded,
+          source.starts_with("--") ? source + " out"
+                                   : fmt::format("{} out of {}", json_path, source)));
+    }
+  }
+  if (problems.empty()) return Status::Ok();
+  std::string message;
+  for (const std::string& p : problems) message += (message.empty() ? "" : "\n") + p;
+  return InvalidArgument(message);
+}
+
 // With NVMe in use: a swap directory (the flag's, the config's, else build/train-swap next to
 // the executable) and each empty nvme_path set to it, with the source of the directory used.
 void FillSwapPaths(Config& c, ConfigSources& sources) {
@@ -124,6 +161,7 @@ Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a)
     r.sources.SetAll(c.given_keys, a.config);
   }
   ZINF_RETURN_IF_ERROR(ApplyFlags(cmd, a, c, r.sources));
+  if (!a.init.empty()) ZINF_RETURN_IF_ERROR(TakeModelFromInit(a.init, c, r.sources));
   FillSwapPaths(c, r.sources);
   // WarmupLR/WarmupDecayLR without warmup_max_lr peak at the optimizer's lr: its source.
   if (!c.scheduler.warmup_max_lr) {

@@ -3,7 +3,11 @@
 // Contract: BuildTrainConfig starts from the default job's config (src/train/default_job.h),
 // reads the --config file onto it (a key the file gives replaces the default; see
 // src/config/config.h for the groups replaced whole), then applies the flags the command line
-// gave (`cmd.count(flag)`), each replacing the value it names. With NVMe in use and no swap
+// gave (`cmd.count(flag)`), each replacing the value it names. With --init FILE, the model
+// sizes FILE records in its metadata (src/train/weights_io.h) replace the defaults; a size the
+// config file or a flag gave that disagrees with FILE's is refused, naming both values and
+// where each came from (a file recording no sizes leaves them to the config and flags, and
+// LoadWeights refuses mismatched shapes). With NVMe in use and no swap
 // directory anywhere it picks build/train-swap next to the executable, and fills each empty
 // nvme_path with the swap directory. It then Validate()s and returns the config with a
 // ConfigSources naming, for each value, `default`, the file's path or the flag. It creates

@@ -9,6 +9,52 @@
 #include "src/train/safetensors.h"
 
 namespace zinf::train {
+namespace {
+
+// One model size in a file's metadata: its key there, its zinf.model name and range.
+struct SizeKey {
+  const char* metadata_key;
+  const char* model_key;
+  uint32_t lo, hi;  // zinf.model's range (config_schema.cc)
+  std::optional<uint32_t> RecordedModel::*recorded;
+  int GptDims::*dim;
+};
+constexpr SizeKey kSizeKeys[] = {
+    {"n_layer", "layers", 1, 4096, &RecordedModel::layers, &GptDims::L},
+    {"n_embd", "width", 1, 65536, &RecordedModel::width, &GptDims::C},
+    {"n_head", "heads", 1, 1024, &RecordedModel::heads, &GptDims::NH},
+    {"block_size", "seq_len", 1, 1u << 20, &RecordedModel::seq_len, &GptDims::seq},
+    {"vocab_size", "vocab", 2, 1u << 24, &RecordedModel::vocab, &GptDims::V},
+};
+
+Result<RecordedModel> RecordedIn(const SafetensorsFile& file) {
+  RecordedModel m;
+  for (const SizeKey& k : kSizeKeys) {
+    auto it = file.metadata().find(k.metadata_key);
+    if (it == file.metadata().end()) continue;
+    const std::string& text = it->second;
+    uint64_t v = 0;
+    bool ok = !text.empty() && text.size() <= 10;
+    for (char ch : text) {
+      ok = ok && ch >= '0' && ch <= '9';
+      if (ok) v = v * 10 + static_cast<uint64_t>(ch - '0');
+    }
+    if (!ok || v < k.lo || v > k.hi) {
+      return InvalidArgument(fmt::format(
+          "{}: metadata {} is \"{}\"; expected an integer from {} to {} (zinf.model.{})",
+          file.path(), k.metadata_key, text, k.lo, k.hi, k.model_key));
+    }
+    m.*k.recorded = static_cast<uint32_t>(v);
+  }
+  return m;
+}
+
+std::string ModelText(const GptDims& d) {
+  return fmt::format("{} layers, width {}, {} heads, seq_len {}, vocab {}", d.L, d.C, d.NH, d.seq,
+                     d.V);
+}
+
+}  // namespace
 
 Status SaveWeights(LayerExecutor& executor, const std::string& path) {
   const GptDims& d = executor.dims();
@@ -22,19 +68,35 @@ Status SaveWeights(LayerExecutor& executor, const std::string& path) {
       tensors.push_back({t.name, Dtype::kF32, shape, units[u].data() + t.offset});
     }
   }
-  SafetensorsMetadata meta = {{"format", "pt"},
-                              {"n_layer", std::to_string(d.L)},
-                              {"n_embd", std::to_string(d.C)},
-                              {"n_head", std::to_string(d.NH)},
-                              {"vocab_size", std::to_string(d.V)},
-                              {"block_size", std::to_string(d.seq)},
-                              {"written_by", "zinf " ZINF_VERSION}};
+  SafetensorsMetadata meta = {{"format", "pt"}, {"written_by", "zinf " ZINF_VERSION}};
+  for (const SizeKey& k : kSizeKeys) meta[k.metadata_key] = std::to_string(d.*k.dim);
   return WriteSafetensors(path, tensors, meta);
+}
+
+Result<RecordedModel> ReadRecordedModel(const std::string& path) {
+  ZINF_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  return RecordedIn(file);
 }
 
 Status LoadWeights(LayerExecutor& executor, const std::string& path) {
   ZINF_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
   const GptDims& d = executor.dims();
+  ZINF_ASSIGN_OR_RETURN(RecordedModel recorded, RecordedIn(file));
+  for (const SizeKey& k : kSizeKeys) {
+    const std::optional<uint32_t>& r = recorded.*k.recorded;
+    if (r && static_cast<int64_t>(*r) != d.*k.dim) {
+      return InvalidArgument(fmt::format(
+          "{}: metadata {} {} disagrees with the model's zinf.model.{} {} ({}); expected the "
+          "weights of the same model",
+          path, k.metadata_key, *r, k.model_key, d.*k.dim, ModelText(d)));
+    }
+  }
+  // Said with a shape error: where the model's sizes came from when the file has none.
+  const std::string hint =
+      recorded.empty() ? "; the file records no model sizes (metadata n_layer, n_embd, n_head, "
+                         "block_size, vocab_size), so they are zinf.model's: give the file's "
+                         "(zinf train: --layers --width --heads --seq-len --vocab)"
+                       : "";
   std::set<std::string> known;
   std::vector<float> unit(d.MaxUnitParams());
   std::vector<uint8_t> raw;
@@ -43,14 +105,15 @@ Status LoadWeights(LayerExecutor& executor, const std::string& path) {
       known.insert(t.name);
       const SafetensorsTensor* st = file.Find(t.name);
       if (st == nullptr) {
-        return InvalidArgument(fmt::format("{}: tensor {} is missing (the model of {} layers, "
-                                           "width {} needs it)", path, t.name, d.L, d.C));
+        return InvalidArgument(fmt::format("{}: tensor {} is missing (the model of {} needs "
+                                           "it){}", path, t.name, ModelText(d), hint));
       }
       std::vector<uint64_t> want(t.shape.begin(), t.shape.end());
       if (st->shape != want) {
-        return InvalidArgument(fmt::format("{}: tensor {} has shape [{}], expected [{}]", path,
-                                           t.name, fmt::join(st->shape, ", "),
-                                           fmt::join(want, ", ")));
+        return InvalidArgument(fmt::format("{}: tensor {} has shape [{}], expected [{}] for the "
+                                           "model of {}{}", path, t.name,
+                                           fmt::join(st->shape, ", "), fmt::join(want, ", "),
+                                           ModelText(d), hint));
       }
       float* dst = unit.data() + t.offset;
       if (st->dtype == Dtype::kF32) {
@@ -75,7 +138,7 @@ Status LoadWeights(LayerExecutor& executor, const std::string& path) {
       continue;  // tied to transformer.wte.weight
     }
     return InvalidArgument(fmt::format("{}: tensor {} is not part of the model (GPT-2 names, "
-                                       "{} layers)", path, st.name, d.L));
+                                       "{}){}", path, st.name, ModelText(d), hint));
   }
   return Status::Ok();
 }

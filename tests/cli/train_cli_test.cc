@@ -388,6 +388,87 @@ TEST(TrainCliTest, ScheduleConstantTrainsTheFirstStepAtLr) {
   EXPECT_NE(r.err.find("--schedule"), std::string::npos) << r.err;
 }
 
+// A copy of the safetensors file `from` without its __metadata__ (as another tool writes it).
+void WriteWithoutMetadata(const std::string& from, const std::string& to) {
+  const std::string bytes = ReadFile(from);
+  uint64_t old_n = 0;
+  std::memcpy(&old_n, bytes.data(), 8);
+  nlohmann::ordered_json h = nlohmann::ordered_json::parse(bytes.substr(8, old_n));
+  h.erase("__metadata__");
+  std::string text = h.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t n = text.size();
+  std::ofstream out(to, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << text << bytes.substr(8 + old_n);
+}
+
+// --init FILE takes the model's sizes from what FILE records: no size flags needed, and the
+// weights come back exactly; a flag or a config key that disagrees is refused naming both
+// values and their sources. A file recording no sizes takes them from the flags, and a shape
+// that does not fit is refused saying so.
+TEST(TrainCliTest, InitTakesTheModelSizesFromTheFile) {
+  TempDir dir;
+  const std::string a = dir / "a.safetensors";
+  auto r = RunZinf(Tiny(2) + " --offload none --save " + a, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json meta = SafetensorsHeader(a)["__metadata__"];
+  EXPECT_EQ(meta["n_layer"], "2") << meta;
+  EXPECT_EQ(meta["n_embd"], "32") << meta;
+  EXPECT_EQ(meta["n_head"], "4") << meta;
+  EXPECT_EQ(meta["block_size"], "16") << meta;
+  EXPECT_EQ(meta["vocab_size"], "64") << meta;
+
+  // No size flags: the file's model; with lr 0 the weights saved again are the same bytes.
+  const std::string run = " --steps 1 --batch 4 --lr 0 --offload none --synthetic-bytes 65536";
+  const std::string b = dir / "b.safetensors";
+  r = RunZinf("train --init " + a + run + " --save " + b, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(ReadFile(a) == ReadFile(b)) << "the weights differ after --init and lr 0";
+  r = RunZinf("train --init " + a + " --print-config", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto printed = nlohmann::json::parse(r.out, nullptr, false, true);
+  EXPECT_EQ(printed["zinf"]["model"],
+            nlohmann::json({{"layers", 2}, {"width", 32}, {"heads", 4}, {"seq_len", 16},
+                            {"vocab", 64}}));
+  EXPECT_EQ(SourceOf(r.out, "width"), "--init " + a);
+  // A flag that agrees is fine.
+  r = RunZinf("train --init " + a + " --width 32 --print-config", dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(SourceOf(r.out, "width"), "--width");
+
+  // Disagreeing: a flag, and a config file's key.
+  r = RunZinf("train --init " + a + " --width 64" + run, dir.path());
+  EXPECT_EQ(r.exit_code, 2);
+  for (const std::string& s : {std::string("zinf.model.width: 64 (from --width)"), a,
+                               std::string("n_embd 32")}) {
+    EXPECT_NE(r.err.find(s), std::string::npos) << s << " not in: " << r.err;
+  }
+  EXPECT_TRUE(ProgressLines(r.out).empty()) << r.out;
+  const std::string heads = dir / "heads.json";
+  std::ofstream(heads) << R"({"zinf": {"model": {"heads": 2}}})";
+  r = RunZinf("train --init " + a + " --config " + heads + run, dir.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("zinf.model.heads: 2 (from " + heads + ")"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("n_head 4"), std::string::npos) << r.err;
+
+  // Another tool's file, without metadata: the sizes come from the flags ...
+  const std::string bare = dir / "bare.safetensors", c = dir / "c.safetensors";
+  WriteWithoutMetadata(a, bare);
+  ASSERT_TRUE(SafetensorsHeader(bare).is_object());
+  ASSERT_FALSE(SafetensorsHeader(bare).contains("__metadata__"));
+  r = RunZinf(Tiny(1) + " --lr 0 --offload none --init " + bare + " --save " + c, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(ReadFile(a) == ReadFile(c)) << "the weights differ after --init of the bare file";
+  // ... and without them the default model's shapes do not fit: refused, saying why.
+  r = RunZinf("train --init " + bare + run, dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  for (const char* s : {"transformer.wte.weight", "has shape [64, 32], expected [256, 192]",
+                        "records no model sizes", "--width"}) {
+    EXPECT_NE(r.err.find(s), std::string::npos) << s << " not in: " << r.err;
+  }
+}
+
 // A flag out of the range the config file's key has is bad usage (exit 2, naming the flag), as
 // the same value in a file would be; before anything runs.
 TEST(TrainCliTest, RefusesOutOfRangeFlags) {

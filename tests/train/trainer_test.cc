@@ -162,14 +162,34 @@ TEST(TrainerTest, InitFromSavedWeightsContinuesExactly) {
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   // Starting from the saved weights, the first loss is that of the saved model: below the start.
   EXPECT_LT(b->first_loss, a->first_loss);
-  // Wrong shapes are refused with the tensor named.
+  // Another model's weights are refused naming the size that differs (the file records its
+  // model; a file recording none gets the tensor named: train_cli_test.cc).
   Config other = c;
   other.zinf.model.width = 64;
   o.config = other;
   auto bad = Train(o);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("transformer.wte.weight"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("metadata n_embd 32 disagrees with the model's "
+                                        "zinf.model.width 64"),
+            std::string::npos)
       << bad.status().ToString();
+}
+
+// The head count does not show in the tensors' shapes: weights saved with 4 heads loaded into a
+// 2-head model would train a different model silently. Refused, naming both counts.
+TEST(TrainerTest, InitRefusesWeightsRecordingAnotherModel) {
+  zinf::testing::TempDir tmp;
+  Config c = SmallModel();
+  ASSERT_TRUE(Train(Options(c, tmp.path(), "a", 1)).ok());
+  TrainOptions o = Options(c, tmp.path(), "b", 1);
+  o.init_path = tmp / "a.safetensors";
+  o.config.zinf.model.heads = 2;
+  auto bad = Train(o);
+  ASSERT_FALSE(bad.ok());
+  const std::string m = bad.status().message();
+  for (const char* s : {"a.safetensors", "n_head 4", "zinf.model.heads 2"}) {
+    EXPECT_NE(m.find(s), std::string::npos) << s << " not in: " << m;
+  }
 }
 
 TEST(TrainerTest, Fp16WithDynamicLossScalingTrains) {
