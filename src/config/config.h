@@ -128,7 +128,9 @@ std::string_view SchedulerTypeName(SchedulerType type);  // "none", "WarmupLR", 
 enum class WarmupType { kLog, kLinear };
 std::string_view WarmupTypeName(WarmupType type);  // "log", "linear"
 
-// `scheduler`: {"type": ..., "params": {...}}; absent means a constant learning rate.
+// `scheduler`: {"type": ..., "params": {...}}; absent means a constant learning rate (on a base
+// config, the base's schedule: `zinf train`'s default job warms up), null means a constant
+// learning rate on any base.
 // A parameter of another schedule type is refused (DeepSpeed would fail on it too).
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::kNone;
