@@ -5,7 +5,7 @@
 // 2.7M-parameter GPT-2 (6 blocks of width 192, 6 heads, 128 tokens, byte vocabulary), 8
 // sequences a step, AdamW at lr 2e-3 without weight decay under WarmupCosineLR (10 linear
 // warm-up steps from 0, down to 0.1 × lr), gradient clipping 1.0, and the 16-bit weights,
-// master weights and Adam moments homed on NVMe behind a 48 MiB device budget and a 24 MiB
+// master weights and Adam moments homed on NVMe behind a 44 MiB device budget and a 24 MiB
 // pinned budget, so that every unit pages. Everything else is Config's own default.
 // The NVMe paths are left empty (the caller picks the swap directory), so the result does not
 // pass Config::Validate() as is. `zinf train --config FILE` reads FILE onto this config

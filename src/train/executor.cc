@@ -583,6 +583,10 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
       unit_written_[u] = 1;
       opt_cv_.notify_all();
     };
+    // The prefetcher leaves the 16-bit weights alone until each unit's new ones are known
+    // (installed or written): reading the old ones now would be wasted, and would keep the
+    // install out.
+    for (auto id : p16_) rt_.tiers->BeginRewrite(id);
     opt_running_ = true;
     opt_future_ = std::async(std::launch::async, [this]() -> Result<offload::OptimizerStepStats> {
       auto r = pipeline_->Step(opt_units_, opt_hyper_, &opt_on_written_, &opt_on_updated_);

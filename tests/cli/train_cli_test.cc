@@ -39,7 +39,8 @@ void ExpectSummary(const nlohmann::json& s, uint64_t steps, bool nvme) {
   for (const char* k : {"steps", "final_loss", "first_loss", "tokens_per_s", "step_seconds_median",
                         "stall_fraction", "nvme_read_bytes", "nvme_write_bytes",
                         "peak_device_bytes", "device_budget_bytes", "peak_pinned_bytes",
-                        "pinned_budget_bytes", "params"}) {
+                        "pinned_budget_bytes", "params", "h2d_bytes", "d2h_bytes",
+                        "device_evictions", "host_evictions"}) {
     ASSERT_TRUE(s.contains(k) && s[k].is_number()) << "summary lacks a number " << k << ": " << s;
   }
   EXPECT_EQ(s["steps"].get<uint64_t>(), steps);
@@ -64,6 +65,27 @@ void ExpectSummary(const nlohmann::json& s, uint64_t steps, bool nvme) {
   EXPECT_LE(s["peak_device_bytes"].get<uint64_t>(), kDeviceBudget);
   EXPECT_GT(s["peak_pinned_bytes"].get<uint64_t>(), 0u);
   EXPECT_LE(s["peak_pinned_bytes"].get<uint64_t>(), kPinnedBudget);
+  EXPECT_GT(s["h2d_bytes"].get<uint64_t>(), 0u);  // weights up
+  EXPECT_GT(s["d2h_bytes"].get<uint64_t>(), 0u);  // gradients down
+}
+
+// The default job's device budget holds the activations and only some blocks' weights: the
+// device tier pages within every step (a unit is copied up more than once a step), as the README
+// says. (Its old 48 MiB held every unit at once: no device eviction, one copy a step.)
+TEST(TrainCliTest, TheDefaultJobPagesTheDeviceTierWithinAStep) {
+  TempDir dir;
+  auto r = RunZinf("train --steps 2 --swap-dir " + dir / "swap" + " --summary-json " +
+                       dir / "summary.json",
+                   dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json s = ReadJson(dir / "summary.json");
+  ASSERT_TRUE(s.is_object());
+  const uint64_t param16_bytes = 2 * s["params"].get<uint64_t>();
+  EXPECT_GT(s["device_evictions"].get<uint64_t>(), 2u) << s;
+  EXPECT_GT(s["h2d_bytes"].get<uint64_t>(), 2 * param16_bytes) << s;
+  EXPECT_LE(s["peak_device_bytes"].get<uint64_t>(), s["device_budget_bytes"].get<uint64_t>());
+  // The progress line says it too.
+  EXPECT_NE(r.out.find("evicted dev "), std::string::npos) << r.out;
 }
 
 TEST(TrainCliTest, TinyRunPrintsEveryStepAndWritesSummaryLossesAndTrace) {

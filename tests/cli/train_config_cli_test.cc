@@ -24,7 +24,7 @@ using testing::TempDir;
 namespace fs = std::filesystem;
 
 // One set of defaults: a config file's keys replace the default job's, the rest stay the
-// default job's (batch 8, NVMe offload, 48M/24M budgets, warm-up from lr 0), not Config's own
+// default job's (batch 8, NVMe offload, 44M/24M budgets, warm-up from lr 0), not Config's own
 // (batch 1, nothing offloaded, constant lr, budgets sized from the machine).
 TEST(TrainConfigCliTest, AConfigFileStartsFromTheDefaultJob) {
   TempDir dir;
@@ -41,7 +41,7 @@ TEST(TrainConfigCliTest, AConfigFileStartsFromTheDefaultJob) {
   EXPECT_EQ(s.value("params", 0u), kParams) << s;
   EXPECT_EQ(s.value("tokens_per_step", 0u), 8u * 16) << s;
   EXPECT_GT(s.value("nvme_read_bytes", 0u), 0u) << s;
-  EXPECT_EQ(s.value("device_budget_bytes", 0u), 48u << 20) << s;
+  EXPECT_EQ(s.value("device_budget_bytes", 0u), 44u << 20) << s;
   EXPECT_EQ(s.value("pinned_budget_bytes", 0u), 24u << 20) << s;
   auto losses = ReadJsonLines(dir / "losses.jsonl");
   ASSERT_EQ(losses.size(), 2u);
