@@ -24,6 +24,11 @@ OptimizerPipeline::Layout OptimizerPipeline::LayoutFor(uint64_t n) const {
   return l;
 }
 
+uint64_t OptimizerPipeline::SlabBytes(uint64_t max_unit_elems, uint64_t align) {
+  auto pad = [align](uint64_t b) { return (b + align - 1) / align * align; };
+  return 3 * pad(4 * max_unit_elems) + pad(2 * max_unit_elems);
+}
+
 Result<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::Create(
     SwapSpace& swap, PinnedPool& pool, uint64_t max_unit_elems,
     const OptimizerPipelineOptions& o) {
@@ -34,15 +39,17 @@ Result<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::Create(
   auto p = std::unique_ptr<OptimizerPipeline>(new OptimizerPipeline(swap, pool, o));
   p->max_elems_ = max_unit_elems;
   p->slab_bytes_ = p->LayoutFor(max_unit_elems).total;
-  if (o.depth * p->slab_bytes_ > pool.budget_bytes() - pool.bytes_in_use()) {
+  const uint64_t need = o.depth * pool.BlockBytes(p->slab_bytes_);
+  const uint64_t free = pool.budget_bytes() - pool.bytes_in_use();
+  if (need > free) {
+    // Exact bytes beside the rounded ones: "2.0 MiB needed, 2.0 MiB free" helps nobody.
     return ResourceExhausted(fmt::format(
-        "optimizer pipeline: {} slabs of {} ({} elements x 14 bytes, padded) need {} of pinned "
-        "memory but the pool has {} free of its {} budget; lower the pipeline depth or "
-        "sub_group_size, or raise zinf.budgets.pinned_bytes",
-        o.depth, FormatBytesHuman(p->slab_bytes_), max_unit_elems,
-        FormatBytesHuman(o.depth * p->slab_bytes_),
-        FormatBytesHuman(pool.budget_bytes() - pool.bytes_in_use()),
-        FormatBytesHuman(pool.budget_bytes())));
+        "optimizer pipeline: {} slabs of {} bytes ({}; {} elements x 14 bytes, padded) need {} "
+        "bytes ({}) of pinned memory but the pool has {} bytes ({}) free of its {}-byte budget; "
+        "lower the pipeline depth, or raise zinf.budgets.pinned_bytes to at least {}",
+        o.depth, p->slab_bytes_, FormatBytesHuman(p->slab_bytes_), max_unit_elems, need,
+        FormatBytesHuman(need), free, FormatBytesHuman(free), pool.budget_bytes(),
+        pool.bytes_in_use() + need));
   }
   for (unsigned i = 0; i < o.depth; ++i) {
     ZINF_ASSIGN_OR_RETURN(PinnedBlock b, pool.Allocate(p->slab_bytes_));

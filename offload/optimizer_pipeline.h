@@ -91,6 +91,9 @@ class OptimizerPipeline {
                                   const UpdatedFn* on_unit_updated = nullptr);
 
   uint64_t slab_bytes() const { return slab_bytes_; }
+  // The bytes of one slab for units of up to max_unit_elems, their parts padded to `align` (the
+  // swap file's O_DIRECT alignment): for start-up checks before the pipeline exists.
+  static uint64_t SlabBytes(uint64_t max_unit_elems, uint64_t align);
   unsigned depth() const { return options_.depth; }
   // The slabs, for callers that measure bounds with the same memory (bench-swap).
   const std::vector<PinnedBlock>& slabs() const { return slabs_; }

@@ -155,8 +155,8 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"nvme", "cpu", "none"}));
   cmd->add_option("--swap-dir", a->swap_dir, "Directory for the swap file (NVMe offload)");
   cmd->add_option("--device", a->device, "auto, host or cuda")->capture_default_str();
-  cmd->add_option("--device-budget", a->device_budget, "zinf.budgets.device_bytes, e.g. 512M");
-  cmd->add_option("--pinned-budget", a->pinned_budget, "zinf.budgets.pinned_bytes, e.g. 4G");
+  cmd->add_option("--device-budget", a->device_budget, "zinf.budgets.device_bytes, e.g. 512M, or auto");
+  cmd->add_option("--pinned-budget", a->pinned_budget, "zinf.budgets.pinned_bytes, e.g. 4G, or auto (what the run wants, within what the machine allows)");
   cmd->add_option("--h2d-gbps", a->h2d_gbps, "Host-emulated device: link GB/s (0 = memcpy)");
   cmd->add_option("--eval-every", a->eval_every, "Validation loss every N steps and at the end");
   cmd->add_option("--init", a->init,

@@ -64,15 +64,26 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
     c.fp16.enabled = a.precision == "fp16";
     c.bf16.enabled = a.precision == "bf16";
   }
+  // A byte size, or "auto": chosen at start (the device: 1 GiB emulated, a GPU's free memory
+  // less 10%; pinned: what the run wants, within what the machine allows).
+  auto budget = [](const std::string& flag, const std::string& v,
+                   std::optional<uint64_t>* out) -> Status {
+    if (v == "auto") {
+      out->reset();
+      return Status::Ok();
+    }
+    auto b = ParseBytes(v);
+    if (!b.ok()) {
+      return InvalidArgument(flag + ": " + b.status().message() + " (or auto)");
+    }
+    *out = *b;
+    return Status::Ok();
+  };
   if (set("--device-budget", {"zinf.budgets.device_bytes"})) {
-    auto b = ParseBytes(a.device_budget);
-    if (!b.ok()) return InvalidArgument("--device-budget: " + b.status().message());
-    c.zinf.budgets.device_bytes = *b;
+    ZINF_RETURN_IF_ERROR(budget("--device-budget", a.device_budget, &c.zinf.budgets.device_bytes));
   }
   if (set("--pinned-budget", {"zinf.budgets.pinned_bytes"})) {
-    auto b = ParseBytes(a.pinned_budget);
-    if (!b.ok()) return InvalidArgument("--pinned-budget: " + b.status().message());
-    c.zinf.budgets.pinned_bytes = *b;
+    ZINF_RETURN_IF_ERROR(budget("--pinned-budget", a.pinned_budget, &c.zinf.budgets.pinned_bytes));
   }
   if (set("--offload", {"zero_optimization.offload_param.device",
                         "zero_optimization.offload_optimizer.device"})) {

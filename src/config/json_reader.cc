@@ -176,7 +176,11 @@ void Reader::Bytes(std::string_view key, uint64_t* out, uint64_t lo, uint64_t hi
 
 void Reader::OptBytes(std::string_view key, std::optional<uint64_t>* out, uint64_t lo, uint64_t hi,
                       Align align, unsigned flags) {
+  // "auto" (or null) resets the value: on a base config it must not keep the base's number.
+  const bool reset = Has(key) && (((flags & kAuto) && (*object_)[std::string(key)] == json("auto")) ||
+                                  ((flags & kNull) && (*object_)[std::string(key)].is_null()));
   const json* v = Lookup(key, flags);
+  if (reset) out->reset();
   if (v == nullptr) return;
   const std::string expected = BytesRangeText(lo, hi, align);
   uint64_t x = 0;

@@ -15,6 +15,8 @@ constexpr uint64_t kAutoPinnedCap = 2ull << 30;
 
 }  // namespace
 
+uint64_t AutoPinnedCap() { return std::min<uint64_t>(kAutoPinnedCap, MemAvailableBytes() / 4); }
+
 bool UsesNvme(const Config& c) {
   return c.zero.offload_param.device == OffloadDevice::kNvme ||
          c.zero.offload_optimizer.device == OffloadDevice::kNvme;
@@ -46,8 +48,7 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   if (!arena.ok()) return arena.status().WithContext(c.source + ": zinf.budgets.device_bytes");
   rt->arena = std::move(arena).value();
 
-  uint64_t pinned = c.zinf.budgets.pinned_bytes.value_or(
-      std::min<uint64_t>(kAutoPinnedCap, MemAvailableBytes() / 4));
+  uint64_t pinned = c.zinf.budgets.pinned_bytes.value_or(AutoPinnedCap());
   auto pool = offload::PinnedPool::Create({.budget_bytes = pinned});
   if (!pool.ok()) return pool.status().WithContext(c.source + ": zinf.budgets.pinned_bytes");
   rt->pool = std::move(pool).value();

@@ -8,7 +8,8 @@
 // pinned pool, the I/O engine and swap file (only when something is offloaded to NVMe), and
 // the tier manager. Every refusal names the config field it comes from. Budgets left "auto":
 // the device budget is 1 GiB on the host-emulated device (a GPU's free memory less 10% on CUDA);
-// the pinned budget a quarter of the memory available now, at most 2 GiB.
+// the pinned budget AutoPinnedCap() (zinf train sizes it from the run's needs before, within
+// that cap).
 //
 // Thread-safety: the runtime's parts are as thread-safe as each says; building is one call.
 #pragma once
@@ -43,6 +44,10 @@ struct RuntimeOptions {
   DeviceKind device_kind = DeviceKind::kAuto;  // `zinf train --device`
   double h2d_gbps = 0;  // host-emulated device: link rate per direction (0 = memcpy speed)
 };
+
+// The most pinned memory an automatic budget takes: a quarter of the memory available now, at
+// most 2 GiB.
+uint64_t AutoPinnedCap();
 
 Result<io::EngineOptions> EngineOptionsFromConfig(const Config& config);
 // Whether any state is offloaded to NVMe (offload_param or offload_optimizer device "nvme").

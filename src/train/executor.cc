@@ -23,6 +23,22 @@ uint64_t Param16Bytes(uint64_t n) { return 2 * n; }
 
 }  // namespace
 
+uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t align) {
+  auto page = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
+  auto pad = [&](uint64_t b) { return page((b + align - 1) / align * align); };
+  const uint64_t max_n = d.MaxUnitParams();
+  const uint64_t grad_elem = o.micro_batches == 1 ? 2 : 4;
+  uint64_t total = 0;
+  if (o.optimizer_on_nvme) {
+    total += o.pipeline_slabs * page(offload::OptimizerPipeline::SlabBytes(max_n, align));
+  }
+  if (grad_elem == 4) total += 2 * page(2 * max_n);  // the hand-overs' staging blocks
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    total += pad(Param16Bytes(d.UnitParams(u))) + pad(grad_elem * d.UnitParams(u));
+  }
+  return total;
+}
+
 LayerExecutor::LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, const GptDims& d,
                              const ExecutorOptions& o)
     : rt_(rt), be_(be), compute_(s), dims_(d), options_(o) {}
@@ -61,6 +77,7 @@ Result<std::unique_ptr<LayerExecutor>> LayerExecutor::Create(OffloadRuntime& rt,
 
 Status LayerExecutor::Setup() {
   ZINF_RETURN_IF_ERROR(RegisterShards());
+  ZINF_RETURN_IF_ERROR(CheckPinnedBudget());
   const uint64_t max_n = dims_.MaxUnitParams();
   if (options_.optimizer_on_nvme) {
     offload::OptimizerPipelineOptions po;
@@ -95,37 +112,43 @@ offload::SealOptions LayerExecutor::SealPlan() const {
   // pipeline's two (a unit's and the next one's) under the forward; never both at once
   // (ForwardBackward finishes the optimizer step before backward, and the overlapped Adam waits
   // for the hand-overs before it leases).
-  o.max_leases[kHost][kGrad] = std::max<uint32_t>(kHandOverDepth, pipeline_ != nullptr ? 2 : 1);
+  o.max_leases[kHost][kGrad] =
+      std::max<uint32_t>(kHandOverDepth, options_.optimizer_on_nvme ? 2 : 1);
   o.spare = {0, 1};  // one host slot per size for a copy in transfer
   return o;
 }
 
-Status LayerExecutor::SealTiers() {
-  offload::TierManager& tm = *rt_.tiers;
-  const offload::SealOptions plan = SealPlan();
-  const offload::SealNeed need = tm.MinimumSealBytes(plan);
+Status LayerExecutor::CheckPinnedBudget() const {
+  // Everything the pinned pool must hold at once, checked before anything but the shards homed
+  // there is taken: the optimizer pipeline's slabs, the gradient staging blocks (fp32 sums), and
+  // the least the tier manager's host slots need (for each size of shard, the leases held at
+  // once and one copy in transfer).
   const offload::PinnedPool& pool = *rt_.pool;
-  const uint64_t held = pool.bytes_in_use();
-  if (rt_.swap != nullptr && held + need.host_bytes > pool.budget_bytes()) {
-    const uint64_t left = pool.budget_bytes() - std::min(held, pool.budget_bytes());
-    return ResourceExhausted(fmt::format(
-        "zinf.budgets.pinned_bytes: {} bytes ({}) leave {} bytes ({}) for shard copies after {} "
-        "bytes ({}) taken for the whole run ({}), but the copies in use at once need {} bytes "
-        "({}: for each size of shard, {} plus one copy in transfer); raise "
-        "zinf.budgets.pinned_bytes to at least {}{}",
-        pool.budget_bytes(), FormatBytesHuman(pool.budget_bytes()), left,
-        FormatBytesHuman(left), held, FormatBytesHuman(held),
-        pipeline_ != nullptr
-            ? fmt::format("the optimizer pipeline's {} slabs, gradient staging, shards homed in "
-                          "pinned memory", options_.pipeline_slabs)
-            : std::string("gradient staging, shards homed in pinned memory"),
-        need.host_bytes, FormatBytesHuman(need.host_bytes),
-        pipeline_ != nullptr ? "the optimizer's two gradient leases"
-                             : "the gradient hand-overs in flight",
-        held + need.host_bytes, pipeline_ != nullptr ? " or lower zinf.pipeline_depth" : ""));
-  }
-  return tm.Seal(plan);
+  const uint64_t max_n = dims_.MaxUnitParams();
+  const uint64_t homed = pool.bytes_in_use();
+  const uint64_t slabs =
+      options_.optimizer_on_nvme
+          ? options_.pipeline_slabs *
+                pool.BlockBytes(offload::OptimizerPipeline::SlabBytes(max_n, rt_.swap->offset_align()))
+          : 0;
+  const uint64_t staging =
+      GradType() == kernels::DType::kF32 ? kHandOverDepth * pool.BlockBytes(2 * max_n) : 0;
+  const uint64_t copies = rt_.tiers->MinimumSealBytes(SealPlan()).host_bytes;
+  const uint64_t need = homed + slabs + staging + copies;
+  if (need <= pool.budget_bytes()) return Status::Ok();
+  return ResourceExhausted(fmt::format(
+      "zinf.budgets.pinned_bytes: {} bytes ({}) cannot hold what a step needs at once: {} bytes "
+      "({}) in all = shards homed in pinned memory {} + the optimizer pipeline's {} slabs {} + "
+      "gradient staging {} + the shard copies in use at once {} ({} for each size of shard, "
+      "plus one copy in transfer); raise zinf.budgets.pinned_bytes to at least {}{}",
+      pool.budget_bytes(), FormatBytesHuman(pool.budget_bytes()), need, FormatBytesHuman(need),
+      homed, options_.optimizer_on_nvme ? options_.pipeline_slabs : 0, slabs, staging, copies,
+      options_.optimizer_on_nvme ? "the optimizer's two gradient leases"
+                                 : "the gradient hand-overs in flight",
+      need, options_.optimizer_on_nvme ? " or lower zinf.pipeline_depth" : ""));
 }
+
+Status LayerExecutor::SealTiers() { return rt_.tiers->Seal(SealPlan()); }
 
 Status LayerExecutor::RegisterShards() {
   offload::TierManager& tm = *rt_.tiers;

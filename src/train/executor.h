@@ -103,6 +103,13 @@ struct ProfileBounds {
   double adam_seconds = 0;     // CPU Adam over every unit's state in memory
 };
 
+// The pinned bytes a run of this shape wants: the optimizer pipeline's slabs, the gradient
+// staging, and a host copy of every shard (16-bit weights and gradients), each padded to `align`
+// (the swap file's O_DIRECT alignment) and to pages, so that nothing is evicted from the host
+// tier. The automatic pinned budget is this, capped by what the machine allows.
+uint64_t PinnedBytesWanted(const GptDims& dims, const ExecutorOptions& options,
+                           uint64_t align = 4096);
+
 class LayerExecutor {
  public:
   // `compute` is the stream the backend runs on (its native handle on CUDA).
@@ -167,7 +174,8 @@ class LayerExecutor {
   Status AllocateDevice();
   // The leases the executor holds at once, per tier and role (the tier manager's plan).
   offload::SealOptions SealPlan() const;
-  // Checks the pinned budget (with a message naming the numbers), then seals the tiers.
+  // Whether the pinned budget holds what a step needs at once (refused with the numbers).
+  Status CheckPinnedBudget() const;
   Status SealTiers();
   // Makes the backend's next work wait for `event` (a stream wait on CUDA, a host wait for the
   // CPU backend, whose ops run on this thread).

@@ -136,14 +136,6 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   // --trace, else the config's zinf.trace_file.
   const std::string trace_path = !opt.trace_path.empty() ? opt.trace_path : c.zinf.trace_file;
   Tracer tracer(!trace_path.empty());
-  ZINF_ASSIGN_OR_RETURN(auto rt, MakeOffloadRuntime(c, {.swap_bytes = SwapBytes(dims, c),
-                                                        .tracer = &tracer,
-                                                        .device_kind = opt.device,
-                                                        .h2d_gbps = opt.h2d_gbps}));
-  ZINF_ASSIGN_OR_RETURN(Stream * compute, rt->device->CreateStream("compute"));
-  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Backend<float>> backend,
-                        MakeBackend(*rt->device, compute, c.zinf.adam_threads,
-                                    rt->arena.get()));
   ExecutorOptions eo;
   eo.batch = static_cast<int>(B);
   eo.seq = static_cast<int>(T);
@@ -154,6 +146,24 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   eo.micro_batches = static_cast<uint32_t>(gas);
   eo.adam.threads = static_cast<int>(c.zinf.adam_threads);
   eo.tracer = &tracer;
+  // An automatic pinned budget is what this run wants (every shard's host copy and the
+  // optimizer's slabs), within what the machine allows: a small model does not lock 2 GiB.
+  Config rc = c;
+  if (!rc.zinf.budgets.pinned_bytes) {
+    const uint64_t wanted = PinnedBytesWanted(dims, eo), cap = AutoPinnedCap();
+    rc.zinf.budgets.pinned_bytes = std::min(wanted, cap);
+    Log().info("train: pinned budget auto: {} ({} bytes; the run wants {}, the machine allows {})",
+               FormatBytesHuman(*rc.zinf.budgets.pinned_bytes), *rc.zinf.budgets.pinned_bytes,
+               FormatBytesHuman(wanted), FormatBytesHuman(cap));
+  }
+  ZINF_ASSIGN_OR_RETURN(auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c),
+                                                         .tracer = &tracer,
+                                                         .device_kind = opt.device,
+                                                         .h2d_gbps = opt.h2d_gbps}));
+  ZINF_ASSIGN_OR_RETURN(Stream * compute, rt->device->CreateStream("compute"));
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Backend<float>> backend,
+                        MakeBackend(*rt->device, compute, c.zinf.adam_threads,
+                                    rt->arena.get()));
   ZINF_ASSIGN_OR_RETURN(auto ex, LayerExecutor::Create(*rt, *backend, compute, dims, eo));
 
   auto t_init = Clock::now();

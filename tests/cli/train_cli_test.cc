@@ -69,6 +69,26 @@ void ExpectSummary(const nlohmann::json& s, uint64_t steps, bool nvme) {
   EXPECT_GT(s["d2h_bytes"].get<uint64_t>(), 0u);  // gradients down
 }
 
+// --pinned-budget auto sizes the pool from what the run wants (every shard's host copy), within
+// what the machine allows: a tiny model locks a few hundred KiB, not the 2 GiB cap.
+TEST(TrainCliTest, AnAutomaticPinnedBudgetIsWhatTheRunWants) {
+  TempDir dir;
+  std::string args = Tiny(2);
+  args.replace(args.find("--pinned-budget 16M"), 19, "--pinned-budget auto");
+  auto r = RunZinf(args + " --offload cpu --summary-json " + dir / "summary.json", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json s = ReadJson(dir / "summary.json");
+  ASSERT_TRUE(s.is_object());
+  const uint64_t budget = s["pinned_budget_bytes"].get<uint64_t>();
+  EXPECT_LT(budget, 4u << 20) << s;
+  EXPECT_GE(budget, s["peak_pinned_bytes"].get<uint64_t>());
+  EXPECT_NE(r.err.find("pinned budget auto"), std::string::npos) << r.err;
+  args.replace(args.find("--pinned-budget auto"), 20, "--pinned-budget lots");
+  auto bad = RunZinf(args, dir.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--pinned-budget"), std::string::npos) << bad.err;
+}
+
 // The default job's device budget holds the activations and only some blocks' weights: the
 // device tier pages within every step (a unit is copied up more than once a step), as the README
 // says. (Its old 48 MiB held every unit at once: no device eviction, one copy a step.)

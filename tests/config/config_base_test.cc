@@ -148,3 +148,21 @@ TEST(ConfigBaseTest, GivenKeysAreNamedAsToJsonWritesThem) {
 
 }  // namespace
 }  // namespace zinf
+
+namespace zinf {
+namespace {
+
+// "auto" for a budget on a base config means zinf's automatic choice, not the base's number
+// (it was ignored, so a file asking for an automatic pinned budget kept the default job's 24M).
+TEST(ConfigBaseTest, AutoBudgetsResetTheBasesNumbers) {
+  Config base = Base();
+  base.zinf.budgets.device_bytes = 44ull << 20;
+  base.zinf.budgets.pinned_bytes = 24ull << 20;
+  auto r = LoadOnto(R"({"zinf": {"budgets": {"pinned_bytes": "auto"}}})", base);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->zinf.budgets.pinned_bytes.has_value());
+  EXPECT_EQ(r->zinf.budgets.device_bytes, 44ull << 20);  // not named: the base's
+}
+
+}  // namespace
+}  // namespace zinf
