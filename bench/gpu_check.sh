@@ -9,10 +9,13 @@
 # build-gpu and builds with every core, (c) runs the gpu-labelled tests, (d) measures pinned
 # copy bandwidth and the MatmulForward rate (bench/gpu_bandwidth.cu), (e) runs a short
 # training on the GPU (`zinf train --device cuda`) with a device budget below the model's bf16
-# size, and prints a summary table LAST. Each part has its own timeout inside an overall
-# deadline (ZINF_GPU_CHECK_SECONDS, default 345 s), so the whole run stays under 6 minutes.
-# A part that cannot run (no GPU, no trainer yet, a build failure) is reported in the table;
-# the script never stops half way.
+# size (computed below for the CUDA backend), and prints a summary table LAST. Each part has its
+# own timeout inside an overall deadline (ZINF_GPU_CHECK_SECONDS, default 345 s), so the whole
+# run stays under 6 minutes; a part killed by its timeout is reported as TIMED OUT with the last
+# stage that completed, and a watchdog stops the script 60 s past the deadline. A part that
+# cannot run (no GPU, a build failure) is reported in the table; the table is printed whatever
+# happens (an EXIT trap). ZINF_DEVICE_RULES=abort: a broken device rule (a CUDA call from a
+# stream callback, a free of memory in use) stops with its message instead of hanging.
 #
 # Results and logs go to $OUT when it is set (the device tool's folder; at most 8 files come
 # back), else to build-gpu/gpu-check: setup.log, ctest.log, bandwidth.json, train.log,
@@ -38,20 +41,140 @@ readonly build_dir=${ZINF_GPU_CHECK_BUILD_DIR:-build-gpu}
 readonly out_dir=${OUT:-$build_dir/gpu-check}
 readonly sysroot=${ZINF_GPU_CHECK_SYSROOT:-/tmp/sysroot}
 # GPT-2 medium's blocks (24 layers, width 1024) on byte tokens (vocab 256): ~302M parameters,
-# ~605 MB in bf16, under a 480 MiB device budget. The budget also holds the executor's fixed
-# buffers (activations of 2 x 512 tokens, one unit's fp32 weights and gradients: ~422 MiB on the
-# CPU backend), so the 16-bit weights page through the device every step. (GPT-2 small's 12 x 768
-# cannot show this: its fixed buffers alone, ~162 MiB at 2 x 256 tokens, reach its 172 MB of
-# bf16.) Optimizer state and param16 homes in host memory (--offload cpu, pinned) keep the run
-# short whatever the machine's disk.
-readonly train_flags=${ZINF_GPU_CHECK_TRAIN_FLAGS:---layers 24 --width 1024 --heads 16 --vocab 256 --seq-len 512 --batch 2 --offload cpu --device-budget 480M --pinned-budget 4G}
+# 578 MiB in bf16. The device budget, computed for the CUDA backend (the executor's refusal
+# names the same sum; python3 arithmetic from src/train/gpt.cc and kernels/cuda/attention_ops.cu):
+#   executor buffers at 2 x 512 tokens  452.2 MiB  (activations with the CUDA attention scratch,
+#                                                   one unit's fp32 weights and gradients)
+#   cuBLAS workspace                     32.0 MiB  (kCublasWorkspaceBytes, from the arena)
+#   CUDA backend's dloss buffer           4 KiB
+#   one copy of each unit size           25.5 MiB  (a block's bf16 weights 24.0 MiB, the
+#                                                   embedding 1.5 MiB, the final norm 4 KiB)
+#   = 509.7 MiB at the least; 656 MiB leaves room for 6 more blocks' copies (prefetch), far below
+#   the 1062 MiB that would hold every block at once: the weights page through the device every
+#   step (device_evictions in the table). Optimizer state and param16 homes in host memory
+#   (--offload cpu, pinned) keep the run short whatever the machine's disk.
+readonly train_flags=${ZINF_GPU_CHECK_TRAIN_FLAGS:---layers 24 --width 1024 --heads 16 --vocab 256 --seq-len 512 --batch 2 --offload cpu --device-budget 656M --pinned-budget 4G}
+# A broken device rule (a CUDA call from a stream callback, a free of memory in use) aborts with
+# its message instead of hanging or corrupting memory.
+export ZINF_DEVICE_RULES=abort
 mkdir -p "$out_dir"
 readonly setup_log=$out_dir/setup.log
 : >"$setup_log"
 
 declare -A result  # part -> one-line outcome for the table
 failed=0
+last_stage="none"  # the last stage that completed, named when something hangs
 note() { echo "[gpu_check $((SECONDS - start_s))s] $*" | tee -a "$setup_log" >&2; }
+stage_done() { last_stage=$1; note "stage done: $1"; }
+# What a part's exit status says; a part killed by its timeout (a hang, or too slow) says so and
+# names the last stage that completed.
+outcome() {  # $1 rc, $2 seconds allowed
+  case $1 in
+    0) echo "ok" ;;
+    124 | 137) echo "TIMED OUT: killed after $2 s, hung or too slow (last completed stage: $last_stage)" ;;
+    *) echo "FAILED (rc $1)" ;;
+  esac
+}
+# The watchdog: past the overall deadline (plus a grace period), the script is told to stop;
+# the EXIT trap still prints the table with what completed.
+( sleep $((deadline_s - start_s + 60)) && kill -TERM $$ 2>/dev/null ) &
+watchdog_pid=$!
+summary_printed=0
+on_term() {
+  result[watchdog]="the whole check ran past its deadline; last completed stage: $last_stage"
+  failed=1
+  exit 1
+}
+trap on_term TERM
+
+# ---- summary table: printed last, also when a stage fails or the watchdog fires ----------------
+print_summary() {
+[ "$summary_printed" -eq 1 ] && return
+summary_printed=1
+kill "$watchdog_pid" 2>/dev/null
+summary_txt=$out_dir/summary.txt
+python3 - "${bw_json:-/nonexistent}" "${train_json:-/nonexistent}" "${result[build]:-not run}" \
+  "${result[tests]:-not run}" "${result[train]:-not run}" "$((SECONDS - start_s))" \
+  "${train_used_flags:-}" "${result[watchdog]:-}" "$last_stage" >"$summary_txt" <<'PY'
+import json, sys
+bw_path, train_path, build, tests, train, elapsed, flags, watchdog, last = sys.argv[1:10]
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except Exception as e:  # missing or not JSON
+        return {"error": f"{path}: {e.__class__.__name__}"}
+
+bw, tr = load(bw_path), load(train_path)
+
+def num(d, k, fmt, scale=1.0):
+    v = d.get(k)
+    return fmt.format(v * scale) if isinstance(v, (int, float)) else "n/a"
+
+rows = [("build (CUDA, sm_90)", build), ("gpu ops/tests (ctest -L gpu)", tests)]
+if "error" in bw:
+    rows.append(("GPU / bandwidth probe", bw["error"]))
+else:
+    rows += [("GPU", bw.get("device", "?")),
+             ("H2D pinned GB/s", num(bw, "h2d_gbps", "{:.1f}")),
+             ("D2H pinned GB/s", num(bw, "d2h_gbps", "{:.1f}")),
+             ("MatmulForward TFLOPS bf16/tf32/fp32",
+              "/".join(num(bw, k, "{:.0f}") for k in
+                       ("matmul_tflops_bf16", "matmul_tflops_tf32", "matmul_tflops_fp32"))
+              + f" (n={bw.get('gemm_n')})")]
+rows.append(("train (zinf train --device cuda)", train))
+if train.startswith("ok"):
+    rows.append(("train flags", flags))
+if "error" not in tr:
+    params, tps, step = tr.get("params"), tr.get("tokens_per_s"), tr.get("step_seconds_median")
+    tflops = 6.0 * params * tps / 1e12 if isinstance(params, (int, float)) and \
+        isinstance(tps, (int, float)) else None
+    rows += [("backend / device", f"{tr.get('backend', '?')} / {tr.get('device', '?')}"),
+             ("steps / loss first -> final",
+              f"{tr.get('steps')} / {num(tr, 'first_loss', '{:.4f}')} -> "
+              f"{num(tr, 'final_loss', '{:.4f}')}"),
+             ("params", num(tr, "params", "{:,.0f}")),
+             ("step time median (s)", num(tr, "step_seconds_median", "{:.4f}")),
+             ("tokens/s", num(tr, "tokens_per_s", "{:,.0f}")),
+             ("TFLOPS (6*params*tokens/s)", f"{tflops:.2f}" if tflops is not None else "n/a"),
+             ("stall fraction", num(tr, "stall_fraction", "{:.3f}")),
+             ("device evictions / h2d / d2h (GB)",
+              num(tr, "device_evictions", "{:.0f}") + " / " +
+              num(tr, "h2d_bytes", "{:.2f}", 1e-9) + " / " + num(tr, "d2h_bytes", "{:.2f}", 1e-9)),
+             ("peak device / budget (MiB)",
+              num(tr, "peak_device_bytes", "{:.0f}", 2**-20) + " / " +
+              num(tr, "device_budget_bytes", "{:.0f}", 2**-20)),
+             ("NVMe read / write (GB)",
+              num(tr, "nvme_read_bytes", "{:.2f}", 1e-9) + " / " +
+              num(tr, "nvme_write_bytes", "{:.2f}", 1e-9))]
+rows.append(("last completed stage", last))
+if watchdog:
+    rows.append(("WATCHDOG", watchdog))
+rows.append(("elapsed (s)", elapsed))
+width = max(len(k) for k, _ in rows)
+print("=" * (width + 40))
+print("zinf gpu_check summary")
+print("-" * (width + 40))
+for k, v in rows:
+    print(f"{k:<{width}}  {v}")
+print("=" * (width + 40))
+PY
+py_rc=$?
+if [ $py_rc -ne 0 ]; then  # no python3: a plain table
+  {
+    echo "zinf gpu_check summary"
+    echo "build: ${result[build]:-}"; echo "tests: ${result[tests]:-}"
+    echo "bandwidth: $(cat "${bw_json:-/dev/null}" 2>/dev/null)"; echo "train: ${result[train]:-}"
+    echo "last completed stage: $last_stage"
+    [ -n "${result[watchdog]:-}" ] && echo "WATCHDOG: ${result[watchdog]}"
+    [ -f "${train_json:-}" ] && echo "train.json: $(cat "$train_json")"
+  } >"$summary_txt"
+fi
+[ "${gpu_present:-0}" -eq 0 ] && echo "NOTE: no GPU answered on this machine; GPU parts were skipped." >>"$summary_txt"
+cat "$summary_txt"
+}
+trap print_summary EXIT
 # Seconds a part may take: its cap, or what is left before the deadline minus a reserve.
 budget() {
   local cap=$1 left=$((deadline_s - SECONDS - ${2:-5}))
@@ -102,10 +225,12 @@ if [ $configure_rc -eq 0 ]; then
   targets=()
   for t in ${ZINF_GPU_CHECK_TARGETS:-}; do targets+=(--target "$t"); done
   note "build ${ZINF_GPU_CHECK_TARGETS:-all targets} with $cores jobs"
-  timeout "$(budget 200 120)" cmake --build "$build_dir" -j "$cores" "${targets[@]}" -- \
+  build_cap=$(budget 200 120)
+  timeout "$build_cap" cmake --build "$build_dir" -j "$cores" "${targets[@]}" -- \
     "${keep_going[@]}" >>"$setup_log" 2>&1
   build_rc=$?
-  result[build]=$([ $build_rc -eq 0 ] && echo "ok" || echo "FAILED (rc $build_rc, see setup.log)")
+  result[build]="$(outcome $build_rc "$build_cap")$([ $build_rc -ne 0 ] && echo ", see setup.log")"
+  [ $build_rc -eq 0 ] && stage_done build
 else
   result[build]="configure FAILED (rc $configure_rc, see setup.log)"
 fi
@@ -117,7 +242,8 @@ trim "$setup_log"
 ctest_log=$out_dir/ctest.log
 if [ -f "$build_dir/CTestTestfile.cmake" ]; then
   note "ctest -L gpu"
-  timeout "$(budget 90 90)" ctest --test-dir "$build_dir" -L gpu --output-on-failure \
+  ctest_cap=$(budget 90 90)
+  timeout "$ctest_cap" ctest --test-dir "$build_dir" -L gpu --output-on-failure \
     --timeout 80 -j 4 >"$ctest_log" 2>&1
   ctest_rc=$?
   summary=$(grep -E "tests passed|No tests were found" "$ctest_log" | tail -1)
@@ -128,8 +254,12 @@ if [ -f "$build_dir/CTestTestfile.cmake" ]; then
     result[tests]="$((total - ${nfail:-0})) passed, ${nfail:-0} failed of $total ctest cases"
     [ "$nskip" -gt 0 ] && result[tests]+=" ($nskip of them skipped)"
   else
-    result[tests]="no result (rc $ctest_rc; ${summary:-see ctest.log})"
+    result[tests]="no result ($(outcome $ctest_rc "$ctest_cap"); ${summary:-see ctest.log})"
   fi
+  # A test that hung past ctest's own timeout is named by ctest ("Timeout").
+  hung=$(grep -E "\(Timeout\)" "$ctest_log" | head -3 | sed -E 's/.* - ([^ ]+) .*/\1/' | tr '\n' ' ')
+  [ -n "$hung" ] && result[tests]+="; TIMED OUT: $hung"
+  [ $ctest_rc -eq 0 ] && stage_done tests
   [ $ctest_rc -ne 0 ] && failed=1
   trim "$ctest_log"
 else
@@ -143,9 +273,13 @@ command -v nvidia-smi >/dev/null 2>&1 &&
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$setup_log" 2>&1
 if [ -x "$build_dir/bench/gpu_bandwidth" ]; then
   note "gpu_bandwidth"
-  timeout "$(budget 40 60)" "$build_dir/bench/gpu_bandwidth" >"$bw_json" 2>>"$setup_log"
+  bw_cap=$(budget 40 60)
+  timeout "$bw_cap" "$build_dir/bench/gpu_bandwidth" >"$bw_json" 2>>"$setup_log"
   bw_rc=$?
-  grep -q '"h2d_gbps"' "$bw_json" && gpu_present=1
+  if [ $bw_rc -eq 124 ] || [ $bw_rc -eq 137 ]; then
+    echo "{\"error\": \"gpu_bandwidth $(outcome $bw_rc "$bw_cap")\"}" >"$bw_json"
+  fi
+  grep -q '"h2d_gbps"' "$bw_json" && gpu_present=1 && stage_done bandwidth
   [ $bw_rc -ne 0 ] && ! grep -q "no CUDA device" "$bw_json" && failed=1
 else
   echo '{"error": "bench/gpu_bandwidth was not built"}' >"$bw_json"
@@ -174,7 +308,8 @@ run_train() {  # $1: a --device-budget that replaces the flags' one, or empty
   cmd=("$build_dir/zinf" train --device cuda --steps "${ZINF_GPU_CHECK_STEPS:-20}" "${flags[@]}"
        --summary-json "$train_json")
   note "${cmd[*]}"
-  timeout "$(budget "$2" 5)" "${cmd[@]}" >>"$train_log" 2>&1
+  train_cap=$(budget "$2" 5)
+  timeout "$train_cap" "${cmd[@]}" >>"$train_log" 2>&1
 }
 if [ ! -x "$build_dir/zinf" ]; then
   result[train]="not run: $build_dir/zinf was not built"
@@ -202,86 +337,18 @@ else
   done
   if [ $train_rc -eq 0 ] && [ -s "$train_json" ]; then
     result[train]="ok$retried"
+    stage_done train
   else
-    result[train]="FAILED (rc $train_rc$([ $train_rc -eq 124 ] && echo ', timed out')$retried, see train.log)"
+    # The last progress line says how far it got (the step, or nothing: it hung at start).
+    last_step=$(grep -oE "^step +[0-9]+/[0-9]+" "$train_log" | tail -1)
+    result[train]="$(outcome $train_rc "$train_cap")$retried, ${last_step:-no step done}, see train.log"
     failed=1
   fi
   trim "$train_log"
 fi
 
-# ---- summary table (printed last) ------------------------------------------------------------
-summary_txt=$out_dir/summary.txt
-python3 - "$bw_json" "$train_json" "${result[build]:-}" "${result[tests]:-}" \
-  "${result[train]:-}" "$((SECONDS - start_s))" "$train_used_flags" >"$summary_txt" <<'PY'
-import json, sys
-bw_path, train_path, build, tests, train, elapsed, flags = sys.argv[1:8]
 
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except Exception as e:  # missing or not JSON
-        return {"error": f"{path}: {e.__class__.__name__}"}
-
-bw, tr = load(bw_path), load(train_path)
-
-def num(d, k, fmt, scale=1.0):
-    v = d.get(k)
-    return fmt.format(v * scale) if isinstance(v, (int, float)) else "n/a"
-
-rows = [("build (CUDA, sm_90)", build), ("gpu ops/tests (ctest -L gpu)", tests)]
-if "error" in bw:
-    rows.append(("GPU / bandwidth probe", bw["error"]))
-else:
-    rows += [("GPU", bw.get("device", "?")),
-             ("H2D pinned GB/s", num(bw, "h2d_gbps", "{:.1f}")),
-             ("D2H pinned GB/s", num(bw, "d2h_gbps", "{:.1f}")),
-             ("MatmulForward TFLOPS bf16/tf32/fp32",
-              "/".join(num(bw, k, "{:.0f}") for k in
-                       ("matmul_tflops_bf16", "matmul_tflops_tf32", "matmul_tflops_fp32"))
-              + f" (n={bw.get('gemm_n')})")]
-rows.append(("train (zinf train --device cuda)", train))
-if train.startswith("ok"):
-    rows.append(("train flags", flags))
-if "error" not in tr:
-    params, tps, step = tr.get("params"), tr.get("tokens_per_s"), tr.get("step_seconds_median")
-    tflops = 6.0 * params * tps / 1e12 if isinstance(params, (int, float)) and \
-        isinstance(tps, (int, float)) else None
-    rows += [("backend / device", f"{tr.get('backend', '?')} / {tr.get('device', '?')}"),
-             ("steps / loss first -> final",
-              f"{tr.get('steps')} / {num(tr, 'first_loss', '{:.4f}')} -> "
-              f"{num(tr, 'final_loss', '{:.4f}')}"),
-             ("params", num(tr, "params", "{:,.0f}")),
-             ("step time median (s)", num(tr, "step_seconds_median", "{:.4f}")),
-             ("tokens/s", num(tr, "tokens_per_s", "{:,.0f}")),
-             ("TFLOPS (6*params*tokens/s)", f"{tflops:.2f}" if tflops is not None else "n/a"),
-             ("stall fraction", num(tr, "stall_fraction", "{:.3f}")),
-             ("peak device / budget (MiB)",
-              num(tr, "peak_device_bytes", "{:.0f}", 2**-20) + " / " +
-              num(tr, "device_budget_bytes", "{:.0f}", 2**-20)),
-             ("NVMe read / write (GB)",
-              num(tr, "nvme_read_bytes", "{:.2f}", 1e-9) + " / " +
-              num(tr, "nvme_write_bytes", "{:.2f}", 1e-9))]
-rows.append(("elapsed (s)", elapsed))
-width = max(len(k) for k, _ in rows)
-print("=" * (width + 40))
-print("zinf gpu_check summary")
-print("-" * (width + 40))
-for k, v in rows:
-    print(f"{k:<{width}}  {v}")
-print("=" * (width + 40))
-PY
-py_rc=$?
-if [ $py_rc -ne 0 ]; then  # no python3: a plain table
-  {
-    echo "zinf gpu_check summary"
-    echo "build: ${result[build]:-}"; echo "tests: ${result[tests]:-}"
-    echo "bandwidth: $(cat "$bw_json")"; echo "train: ${result[train]:-}"
-    [ -f "$train_json" ] && echo "train.json: $(cat "$train_json")"
-  } >"$summary_txt"
-fi
-[ $gpu_present -eq 0 ] && echo "NOTE: no GPU answered on this machine; GPU parts were skipped." >>"$summary_txt"
-cat "$summary_txt"
+print_summary
 if [ $failed -ne 0 ]; then exit 1; fi
 [ $gpu_present -eq 0 ] && exit 2
 exit 0
