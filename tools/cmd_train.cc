@@ -90,11 +90,11 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
              s.val_loss >= 0 ? fmt::format(" (validation {:.4f})", s.val_loss) : "",
              s.tokens_per_s, s.step_seconds_median, 100 * s.stall_fraction);
   fmt::print("      {} parameters on {} ({} backend, I/O {}); NVMe read {} written {}; peak device "
-             "{} of {}, peak pinned {} of {}\n",
+             "{} of {}, peak pinned {} of {}; peak RSS {}\n",
              s.params, s.device, s.backend, s.io_engine, FormatBytesHuman(s.nvme_read_bytes),
              FormatBytesHuman(s.nvme_write_bytes), FormatBytesHuman(s.peak_device_bytes),
              FormatBytesHuman(s.device_budget_bytes), FormatBytesHuman(s.peak_pinned_bytes),
-             FormatBytesHuman(s.pinned_budget_bytes));
+             FormatBytesHuman(s.pinned_budget_bytes), FormatBytesHuman(s.peak_rss_bytes));
   if (s.step_over_bound > 0) {
     fmt::print("profile: compute {:.3f} s | NVMe I/O {:.3f} s | Adam {:.3f} s (each alone) | "
                "step {:.3f} s = {:.3f} x the largest\n",

@@ -1,10 +1,18 @@
 #include "src/base/host_info.h"
 
 #include <algorithm>
+#include <sys/resource.h>
+
 #include <fstream>
 #include <string>
 
 namespace zinf {
+
+uint64_t PeakRssBytes() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
 
 uint64_t MemAvailableBytes() {
   std::ifstream f("/proc/meminfo");

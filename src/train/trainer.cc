@@ -81,6 +81,7 @@ std::string TrainSummary::ToJson() const {
                       {"d2h_bytes", d2h_bytes},
                       {"device_evictions", device_evictions},
                       {"host_evictions", host_evictions},
+                      {"peak_rss_bytes", peak_rss_bytes},
                       {"prefetch_misses", prefetch_misses},
                       {"param16_installs", param16_installs},
                       {"pinned_budget_bytes", pinned_budget_bytes},
@@ -335,6 +336,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.d2h_bytes = ts.d2h_bytes + es_total.grad_d2h_bytes;
   sum.device_evictions = ts.device_evictions;
   sum.host_evictions = ts.host_evictions;
+  sum.peak_rss_bytes = PeakRssBytes();
   if (sum.steps > 0) {
     const ExecutorStats es = ex->stats();
     const double n = static_cast<double>(sum.steps);

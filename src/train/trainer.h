@@ -63,6 +63,10 @@ struct TrainSummary {
   // Device link traffic (weights up; gradients and write-backs down) and evictions per tier:
   // device_evictions > 0 shows the device tier paging within a step.
   uint64_t h2d_bytes = 0, d2h_bytes = 0, device_evictions = 0, host_evictions = 0;
+  // The process's peak resident set: the pinned budget (locked, all resident), the device
+  // memory touched on the host-emulated device (none on a GPU), the optimizer state in host
+  // memory with --offload cpu, and a fixed overhead (code, libraries, the corpus, thread stacks).
+  uint64_t peak_rss_bytes = 0;
   uint64_t peak_device_bytes = 0, device_budget_bytes = 0;
   uint64_t peak_pinned_bytes = 0, pinned_budget_bytes = 0;
   std::string device, backend, io_engine;

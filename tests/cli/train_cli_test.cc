@@ -40,7 +40,7 @@ void ExpectSummary(const nlohmann::json& s, uint64_t steps, bool nvme) {
                         "stall_fraction", "nvme_read_bytes", "nvme_write_bytes",
                         "peak_device_bytes", "device_budget_bytes", "peak_pinned_bytes",
                         "pinned_budget_bytes", "params", "h2d_bytes", "d2h_bytes",
-                        "device_evictions", "host_evictions"}) {
+                        "device_evictions", "host_evictions", "peak_rss_bytes"}) {
     ASSERT_TRUE(s.contains(k) && s[k].is_number()) << "summary lacks a number " << k << ": " << s;
   }
   EXPECT_EQ(s["steps"].get<uint64_t>(), steps);
@@ -67,6 +67,8 @@ void ExpectSummary(const nlohmann::json& s, uint64_t steps, bool nvme) {
   EXPECT_LE(s["peak_pinned_bytes"].get<uint64_t>(), kPinnedBudget);
   EXPECT_GT(s["h2d_bytes"].get<uint64_t>(), 0u);  // weights up
   EXPECT_GT(s["d2h_bytes"].get<uint64_t>(), 0u);  // gradients down
+  // The pinned pool is locked: resident whole.
+  EXPECT_GE(s["peak_rss_bytes"].get<uint64_t>(), kPinnedBudget);
 }
 
 // --pinned-budget auto sizes the pool from what the run wants (every shard's host copy), within

@@ -250,6 +250,37 @@ TEST(TierManagerTest, PrefetchReachesOnlyPrefetchUnitsAhead) {
   EXPECT_EQ((*tm)->stats().nvme_read_bytes - before, 2u * (256 << 10));
 }
 
+// EndStep prefetched the next step's first weights even while the optimizer was about to
+// rewrite them: reads for nothing, and the optimizer's install then found the copy in transfer.
+// Shards marked BeginRewrite are left alone until their new content is known.
+TEST(TierManagerTest, PrefetchLeavesShardsAboutToBeRewrittenAlone) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(16 << 20, 16 << 20).ok());
+  std::vector<ShardId> ids;
+  for (uint32_t u = 0; u < 4; ++u) {
+    auto id = rig.tm->Register({.name = fmt::format("u{}", u), .unit = u, .bytes = 256 << 10});
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+  }
+  for (ShardId id : ids) ASSERT_NO_FATAL_FAILURE(Touch(*rig.tm, id, Tier::kHost));
+  for (ShardId id : ids) ASSERT_TRUE(rig.tm->Invalidate(id).ok());
+  rig.tm->BeginRewrite(ids[0]);
+  rig.tm->BeginRewrite(ids[1]);
+  const uint64_t before = rig.tm->stats().nvme_read_bytes;
+  rig.tm->EndStep();                 // the trace is known: prefetch what the next step needs first
+  ASSERT_TRUE(rig.tm->Flush().ok());  // waits for reads in flight
+  EXPECT_EQ(rig.tm->stats().nvme_read_bytes - before, 2u * (256 << 10))
+      << "only u2 and u3: u0 and u1 are about to be rewritten";
+  // Once the new content is known (written home here), they are fetched as usual.
+  rig.tm->HomeRewritten(ids[0]);
+  rig.tm->EndPending(ids[1], false);
+  auto installed = rig.tm->InstallPending(ids[0], std::vector<uint8_t>(256 << 10, 7).data());
+  ASSERT_TRUE(installed.ok() && *installed);
+  rig.tm->HomeRewritten(ids[0]);
+  ASSERT_NO_FATAL_FAILURE(Touch(*rig.tm, ids[0], Tier::kHost));
+  ASSERT_NO_FATAL_FAILURE(Touch(*rig.tm, ids[1], Tier::kHost));
+}
+
 TEST(TierManagerTest, PrefetchHidesFetchesUnderATightBudget) {
   Rig rig;
   // Room for 3 of 10 shards on the device and 4 in pinned memory: each step must stream.
