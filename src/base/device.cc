@@ -159,6 +159,7 @@ Result<void*> Device::Allocate(uint64_t bytes) {
     device_memory_.Cancel(accounted);
     return Internal("device Allocate: " + s.message());
   }
+  allocations_++;
   return ptr;
 }
 
@@ -170,6 +171,7 @@ Status Device::Free(void* ptr) {
   ZINF_RETURN_IF_ERROR(DoMemoryCallSync("device Free"));
   ZINF_ASSIGN_OR_RETURN(uint64_t accounted, device_memory_.Erase(ptr));
   (void)accounted;
+  frees_++;
   return DoFree(ptr);
 }
 
@@ -248,6 +250,10 @@ bool Device::IsPinned(const void* ptr, uint64_t bytes) const {
 
 uint64_t Device::pinned_bytes() const {
   return pinned_allocations_.in_use_bytes() + registered_host_.in_use_bytes();
+}
+
+DeviceCallStats Device::call_stats() const {
+  return {allocations_.load(), frees_.load(), stream_syncs_.load(), event_syncs_.load()};
 }
 
 Status Device::BindCurrentThread() {
@@ -372,6 +378,7 @@ Result<bool> Device::EventQuery(const Event& event) {
 
 Status Device::EventSynchronize(const Event& event) {
   ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("EventSynchronize"));
+  event_syncs_++;
   ZINF_RETURN_IF_ERROR(CheckEvent(event, "EventSynchronize"));
   if (!event.recorded()) return Status::Ok();
   return DoEventSynchronize(event);
@@ -379,12 +386,14 @@ Status Device::EventSynchronize(const Event& event) {
 
 Status Device::StreamSynchronize(Stream* stream) {
   ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("StreamSynchronize"));
+  stream_syncs_++;
   ZINF_RETURN_IF_ERROR(CheckStream(stream, "StreamSynchronize"));
   return DoStreamSynchronize(stream);
 }
 
 Status Device::Synchronize() {
   ZINF_RETURN_IF_ERROR(CheckNotInStreamCallback("Synchronize"));
+  stream_syncs_++;
   Status first;
   for (Stream* s : streams()) {
     Status st = DoStreamSynchronize(s);

@@ -67,6 +67,7 @@
 // use the seam: keep it free of C++20 and of CUDA types.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -113,6 +114,15 @@ struct DeviceOptions {
 
 // Rejects a zero budget, negative or non-finite rates, a negative ordinal.
 Status ValidateDeviceOptions(const DeviceOptions& options);
+
+// How often the device's memory and synchronization calls were made (so a test can prove a
+// hot path makes none: allocations after start, host waits per unit).
+struct DeviceCallStats {
+  uint64_t allocations = 0;          // Allocate calls that succeeded
+  uint64_t frees = 0;                // Free calls that freed memory
+  uint64_t stream_synchronizes = 0;  // StreamSynchronize and Synchronize
+  uint64_t event_synchronizes = 0;
+};
 
 struct StreamStats {
   uint64_t h2d_bytes = 0;
@@ -210,6 +220,8 @@ class Device {
   bool IsPinned(const void* ptr, uint64_t bytes) const;
   uint64_t pinned_bytes() const;  // allocated plus registered
 
+  DeviceCallStats call_stats() const;
+
   // Makes the calling thread's work go to this device (CudaDevice: cudaSetDevice to its ordinal
   // unless already bound; HostDevice: nothing). Every enqueuing method binds by itself; code
   // that launches its own kernels on a stream's native handle (the CUDA backend) calls this.
@@ -278,6 +290,7 @@ class Device {
   RangeLedger registered_host_;
   mutable std::mutex streams_mu_;
   std::vector<std::unique_ptr<Stream>> streams_;  // GUARDED_BY(streams_mu_)
+  std::atomic<uint64_t> allocations_{0}, frees_{0}, stream_syncs_{0}, event_syncs_{0};
   bool shut_down_ = false;
 };
 

@@ -1,0 +1,109 @@
+// train::LayerExecutor's use of the device: one allocation (the arena) for the whole run, none
+// after start, and no host synchronization per unit (the stream synchronizations of a step do
+// not grow with the number of layers). Before the arena and the event-based hand-over, every
+// shard copy was a Device::Allocate/Free and every unit's gradient a StreamSynchronize.
+#include "src/train/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "src/runtime/offload_runtime.h"
+#include "src/train/backend_factory.h"
+#include "tests/test_util.h"
+
+namespace zinf::train {
+namespace {
+
+struct Counts {
+  DeviceCallStats after_create, after_steps;
+  uint64_t syncs_per_step = 0;
+  uint64_t device_evictions = 0;
+};
+
+// Trains `steps` steps of an `layers`-block model with everything on NVMe and a device budget
+// that holds a third of the blocks, and counts the device's calls.
+Counts TrainAndCount(int layers, int steps, const std::string& dir) {
+  Counts out;
+  Config c;
+  c.zinf.model = {.layers = static_cast<uint32_t>(layers), .width = 32, .heads = 4,
+                  .seq_len = 16, .vocab = 64};
+  c.zero.offload_param = {.device = OffloadDevice::kNvme, .nvme_path = dir};
+  c.zero.offload_optimizer = {.device = OffloadDevice::kNvme, .nvme_path = dir};
+  c.zinf.budgets.pinned_bytes = 8 << 20;
+  const GptDims dims = GptDims::FromConfig(c.zinf.model);
+  ExecutorOptions eo;
+  eo.batch = 4;
+  eo.params_on_nvme = eo.optimizer_on_nvme = true;
+  // The least device budget the executor takes (its refusal names it), plus room for a third of
+  // the blocks' 16-bit weights: the device tier pages.
+  uint64_t least = 0;
+  {
+    c.zinf.budgets.device_bytes = 64 << 10;
+    auto rt = MakeOffloadRuntime(c, {.swap_bytes = 64 << 20, .device_kind = DeviceKind::kHost});
+    EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+    if (!rt.ok()) return out;
+    Stream* compute = *(*rt)->device->CreateStream("compute");
+    auto be = MakeBackend(*(*rt)->device, compute, 1, (*rt)->arena.get());
+    auto refused = LayerExecutor::Create(**rt, **be, compute, dims, eo);
+    EXPECT_FALSE(refused.ok());
+    const std::string& m = refused.status().message();
+    const size_t at = m.find("expected at least ");
+    EXPECT_NE(at, std::string::npos) << m;
+    if (at == std::string::npos) return out;
+    least = std::stoull(m.substr(at + 18));
+  }
+  c.zinf.budgets.device_bytes = least + layers / 3 * ((2 * dims.MaxUnitParams() + 255) / 256 * 256);
+  auto rt = MakeOffloadRuntime(c, {.swap_bytes = 64 << 20, .device_kind = DeviceKind::kHost});
+  EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+  if (!rt.ok()) return out;
+  Stream* compute = *(*rt)->device->CreateStream("compute");
+  auto be = MakeBackend(*(*rt)->device, compute, 1, (*rt)->arena.get());
+  EXPECT_TRUE(be.ok());
+  auto ex = LayerExecutor::Create(**rt, **be, compute, dims, eo);
+  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
+  if (!ex.ok()) return out;
+  EXPECT_TRUE((*ex)->InitWeights(1).ok());
+  out.after_create = (*rt)->device->call_stats();
+  std::vector<int32_t> x(4 * 16), y(4 * 16);
+  std::iota(x.begin(), x.end(), 0);
+  for (auto& t : x) t %= 64;
+  for (size_t i = 0; i < y.size(); ++i) y[i] = x[(i + 1) % x.size()];
+  kernels::AdamHyper h;
+  h.lr = 1e-3f;
+  uint64_t before = 0;
+  for (int s = 0; s < steps; ++s) {
+    if (s == 1) before = (*rt)->device->call_stats().stream_synchronizes;
+    auto r = (*ex)->ForwardBackward(x.data(), y.data(), 1.0f, 1.0f, true, true);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    h.step = s + 1;
+    EXPECT_TRUE((*ex)->OptimizerStep(h).ok());
+    (*ex)->EndStep();
+  }
+  EXPECT_TRUE((*ex)->FinishOptimizerStep().ok());
+  out.after_steps = (*rt)->device->call_stats();
+  out.syncs_per_step = (out.after_steps.stream_synchronizes - before) / (steps - 1);
+  out.device_evictions = (*rt)->tiers->stats().device_evictions;
+  return out;
+}
+
+TEST(LayerExecutorTest, OneDeviceAllocationAndNoHostSyncPerUnit) {
+  zinf::testing::TempDir dir;
+  const Counts small = TrainAndCount(3, 4, dir.path());
+  const Counts large = TrainAndCount(9, 4, dir.path());
+  for (const Counts* c : {&small, &large}) {
+    // The arena is the device's one allocation; nothing is allocated or freed once running.
+    EXPECT_EQ(c->after_create.allocations, 1u);
+    EXPECT_EQ(c->after_steps.allocations, 1u);
+    EXPECT_EQ(c->after_steps.frees, 0u);
+    EXPECT_GT(c->device_evictions, 0u) << "the device tier was meant to page";
+  }
+  // The host waits once per micro-batch (the loss read-back), whatever the number of units.
+  EXPECT_GT(small.syncs_per_step, 0u);
+  EXPECT_EQ(small.syncs_per_step, large.syncs_per_step)
+      << "stream synchronizations grow with the layers: a host wait per unit";
+}
+
+}  // namespace
+}  // namespace zinf::train
