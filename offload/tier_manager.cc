@@ -473,8 +473,10 @@ Result<Lease::Ready> TierManager::WaitFor(ShardId id, Tier tier, bool enqueued_o
   Shard& s = *shards_[id];
   Copy& c = s.copy[static_cast<int>(tier)];
   bool waited = false;
+  // Not while a write-back reads the copy (kWriting): the lease may write it, and a transfer
+  // must never read memory a lease writes.
   auto usable = [&] {
-    return c.state == Copy::kReady || c.state == Copy::kWriting ||
+    return c.state == Copy::kReady ||
            (enqueued_ok && tier == Tier::kDevice && c.state == Copy::kLoading && c.enqueued);
   };
   while (!usable()) {

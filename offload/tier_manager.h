@@ -15,8 +15,9 @@
 //   never fails mid-run for lack of memory, however its callers interleave; the first
 //   Acquire/WriteHome/ReadHome/InstallPending seals with the defaults if nobody did.
 // - Acquire(shard, tier) returns a Lease at once; Lease::Wait() blocks until the data is in that
-//   tier (NVMe -> host by the I/O engine, host -> device by a copy on the device's h2d stream) and
-//   returns its address. Lease::WaitEnqueued() blocks only until the transfer is enqueued and
+//   tier (NVMe -> host by the I/O engine, host -> device by a copy on the device's h2d stream), and
+//   no write-back is reading it (a lease may write the copy: a transfer never reads memory a
+//   lease writes), and returns its address. Lease::WaitEnqueued() blocks only until the transfer is enqueued and
 //   returns the address with the event after which the data is there: the consumer's stream
 //   waits on it, so the host never waits for a device copy. A leased copy is pinned: never
 //   evicted until Release. Release(dirty, last_use) marks the copy modified (written home
