@@ -170,6 +170,7 @@ Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a)
     ZINF_ASSIGN_OR_RETURN(
         c, Config::FromFile(a.config, {.strict = a.strict, .base = &defaults, .validate = false}));
     r.sources.SetAll(c.given_keys, a.config);
+    r.sources.SetAll(c.auto_keys, a.config + " (auto)");  // the file asked for zinf's choice
   }
   ZINF_RETURN_IF_ERROR(ApplyFlags(cmd, a, c, r.sources));
   if (!a.init.empty()) ZINF_RETURN_IF_ERROR(TakeModelFromInit(a.init, c, r.sources));

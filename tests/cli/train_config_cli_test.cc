@@ -81,7 +81,8 @@ TEST(TrainConfigCliTest, PrintConfigNamesWhereEachValueCameFrom) {
   TempDir dir;
   const std::string file = dir / "run.json";
   std::ofstream(file) << R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
-      "gradient_clipping": 0.5, "zinf": {"model": {"layers": 3}}})";
+      "gradient_clipping": 0.5, "zinf": {"model": {"layers": 3},
+      "budgets": {"pinned_bytes": "auto"}}})";
   const std::string swap = dir / "swap";
   auto r = RunZinf("train --config " + file + " --lr 5e-4 --swap-dir " + swap + " --print-config",
                    dir.path());
@@ -104,6 +105,9 @@ TEST(TrainConfigCliTest, PrintConfigNamesWhereEachValueCameFrom) {
   EXPECT_EQ(SourceOf(r.out, "train_micro_batch_size_per_gpu"), "default");
   EXPECT_EQ(j["zero_optimization"]["offload_param"]["nvme_path"], swap);
   EXPECT_EQ(SourceOf(r.out, "nvme_path"), "--swap-dir");
+  // "auto" in the file: zinf's choice, asked for by the file (not the default job's 24M).
+  EXPECT_EQ(j["zinf"]["budgets"]["pinned_bytes"], "auto");
+  EXPECT_EQ(SourceOf(r.out, "pinned_bytes"), file + " (auto)");
 
   // Read back as a config file, it is the same config.
   const std::string printed = dir / "printed.json";
