@@ -4,18 +4,29 @@
 
 namespace zinf::io {
 
+namespace {
+
+// One uniform draw in [0, 1) shared out among outcomes of the given probabilities, in order:
+// Take(p) is true with probability p of what is left.
+struct Draw {
+  double x;
+  bool Take(double prob) {
+    if (x < prob) return true;
+    x -= prob;
+    return false;
+  }
+};
+
+}  // namespace
+
 FaultRule RandomFaults(const RandomFaultPlan& plan) {
   auto rng = std::make_shared<std::mt19937_64>(plan.seed);
   auto mu = std::make_shared<std::mutex>();
   return [plan, rng, mu](const Piece& p) -> Fault {
     if (plan.only && *plan.only != p.op) return {};
     std::lock_guard lock(*mu);
-    double x = std::uniform_real_distribution<double>(0, 1)(*rng);
-    auto take = [&x](double prob) {
-      if (x < prob) return true;
-      x -= prob;
-      return false;
-    };
+    Draw d{std::uniform_real_distribution<double>(0, 1)(*rng)};
+    auto take = [&d](double prob) { return d.Take(prob); };
     if (take(plan.p_short)) {
       uint32_t units = p.len / plan.align;
       if (units >= 2) {
@@ -38,12 +49,8 @@ SubmitRule RandomSubmitFaults(const RandomFaultPlan& plan) {
   auto mu = std::make_shared<std::mutex>();
   return [plan, rng, mu](unsigned queued) -> SubmitFault {
     std::lock_guard lock(*mu);
-    double x = std::uniform_real_distribution<double>(0, 1)(*rng);
-    auto take = [&x](double prob) {
-      if (x < prob) return true;
-      x -= prob;
-      return false;
-    };
+    Draw d{std::uniform_real_distribution<double>(0, 1)(*rng)};
+    auto take = [&d](double prob) { return d.Take(prob); };
     if (take(plan.p_submit_eagain)) return {SubmitFault::kErrno, 0, EAGAIN};
     if (take(plan.p_submit_ebusy)) return {SubmitFault::kErrno, 0, EBUSY};
     if (take(plan.p_submit_eio)) return {SubmitFault::kErrno, 0, EIO};
