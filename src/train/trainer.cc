@@ -118,17 +118,18 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   const uint32_t T = c.zinf.model.seq_len;
 
   // Data first: a bad file is reported before anything heavy is built.
-  Result<TextCorpus> corpus =
-      opt.data_path.empty()
-          ? TextCorpus::Synthetic(c.zinf.seed, opt.synthetic_bytes, dims.V, T, opt.val_fraction)
-          : TextCorpus::FromFile(opt.data_path, dims.V, T, opt.val_fraction);
-  ZINF_RETURN_IF_ERROR(corpus.status());
+  ZINF_ASSIGN_OR_RETURN(TrainingData data,
+                        LoadTrainingData({.path = opt.data_path,
+                                          .synthetic_bytes = opt.synthetic_bytes,
+                                          .seed = c.zinf.seed,
+                                          .val_fraction = opt.val_fraction},
+                                         dims.V, T));
   ZINF_ASSIGN_OR_RETURN(BatchSampler train_data,
-                        BatchSampler::Create(*corpus, Split::kTrain, B, T, c.zinf.seed));
+                        BatchSampler::Create(data.train, Split::kTrain, B, T, c.zinf.seed));
   std::optional<BatchSampler> val_data;
-  if (opt.eval_every > 0 && corpus->split_size(Split::kValidation) > T) {
-    ZINF_ASSIGN_OR_RETURN(val_data, BatchSampler::Create(*corpus, Split::kValidation, B, T,
-                                                         c.zinf.seed + 1));
+  if (opt.eval_every > 0 && data.validation.split_size(Split::kValidation) > T) {
+    ZINF_ASSIGN_OR_RETURN(val_data, BatchSampler::Create(data.validation, Split::kValidation, B,
+                                                         T, c.zinf.seed + 1));
   }
   ZINF_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(c.scheduler, c.optimizer.lr, opt.steps));
   ZINF_ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::FromConfig(c.fp16));

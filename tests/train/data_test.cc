@@ -13,11 +13,16 @@
 #include <vector>
 
 #include "tests/test_util.h"
+#include "tests/train/token_file_util.h"
 
 namespace zinf::train {
 namespace {
 
+using zinf::testing::Iota;
+using zinf::testing::LlmcBytes;
+using zinf::testing::NanoGptBytes;
 using zinf::testing::TempDir;
+using zinf::testing::WriteBytes;
 
 void ExpectMessageHas(const Status& s, const std::vector<std::string>& parts) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
@@ -47,17 +52,17 @@ TEST(SyntheticTextTest, SpelledOutDistribution) {
     uint64_t c = op == 0 ? a + b : op == 1 ? a - b : a * b;
     expected += std::to_string(a) + "+-*"[op] + std::to_string(b) + "=" + std::to_string(c) + "\n";
   }
-  EXPECT_EQ(TextCorpus::SyntheticText(1, expected.size()), expected);
+  EXPECT_EQ(TokenCorpus::SyntheticText(1, expected.size()), expected);
 }
 
 TEST(SyntheticTextTest, DeterministicAndWellFormed) {
-  const std::string a = TextCorpus::SyntheticText(42, 10000);
+  const std::string a = TokenCorpus::SyntheticText(42, 10000);
   EXPECT_EQ(a.size(), 10000u);
-  EXPECT_EQ(a, TextCorpus::SyntheticText(42, 10000));
-  EXPECT_NE(a, TextCorpus::SyntheticText(43, 10000));
+  EXPECT_EQ(a, TokenCorpus::SyntheticText(42, 10000));
+  EXPECT_NE(a, TokenCorpus::SyntheticText(43, 10000));
   // A prefix of a longer text: generation does not depend on the length asked for.
-  EXPECT_EQ(TextCorpus::SyntheticText(42, 20000).substr(0, 10000), a);
-  EXPECT_EQ(TextCorpus::SyntheticText(42, 0), "");
+  EXPECT_EQ(TokenCorpus::SyntheticText(42, 20000).substr(0, 10000), a);
+  EXPECT_EQ(TokenCorpus::SyntheticText(42, 0), "");
   // Every complete line is a correct equation.
   size_t begin = 0, lines = 0;
   std::set<char> ops;
@@ -87,8 +92,8 @@ TEST(SyntheticTextTest, DeterministicAndWellFormed) {
   for (char ch : a) EXPECT_LE(static_cast<unsigned char>(ch), 61u);
 }
 
-TEST(TextCorpusTest, SplitsAndTokens) {
-  auto c = TextCorpus::Synthetic(7, 1000, 256, 16, 0.1);
+TEST(TokenCorpusTest, SplitsAndTokens) {
+  auto c = TokenCorpus::Synthetic(7, 1000, 256, 16, 0.1);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->size(), 1000u);
   EXPECT_EQ(c->split_begin(Split::kTrain), 0u);
@@ -96,21 +101,23 @@ TEST(TextCorpusTest, SplitsAndTokens) {
   EXPECT_EQ(c->split_begin(Split::kValidation), 900u);
   EXPECT_EQ(c->split_size(Split::kValidation), 100u);
   EXPECT_EQ(c->source(), "synthetic(seed=7)");
-  EXPECT_EQ(c->token(0), static_cast<unsigned char>(c->bytes()[0]));
+  EXPECT_EQ(c->token(0), static_cast<unsigned char>(TokenCorpus::SyntheticText(7, 1000)[0]));
+  EXPECT_EQ(c->format(), DataFormat::kText);
+  EXPECT_EQ(c->description().tokens, 1000u);
 
-  auto no_val = TextCorpus::Synthetic(7, 100, 256, 16, 0.0);
+  auto no_val = TokenCorpus::Synthetic(7, 100, 256, 16, 0.0);
   ASSERT_TRUE(no_val.ok()) << no_val.status().ToString();
   EXPECT_EQ(no_val->split_size(Split::kValidation), 0u);
 }
 
-TEST(TextCorpusTest, FromFileAndRefusals) {
+TEST(TokenCorpusTest, FromFileAndRefusals) {
   TempDir dir;
   const std::string path = dir / "corpus.txt";
   std::string text(300, 'a');
   text[250] = '\xc3';
   std::ofstream(path, std::ios::binary) << text;
 
-  auto c = TextCorpus::FromFile(path, 256, 8);
+  auto c = TokenCorpus::FromFile(path, 256, 8);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->source(), path);
   EXPECT_EQ(c->size(), 300u);
@@ -118,27 +125,35 @@ TEST(TextCorpusTest, FromFileAndRefusals) {
   EXPECT_EQ(c->split_size(Split::kValidation), 30u);
 
   // A byte outside a small vocabulary: offset and value named.
-  ExpectMessageHas(TextCorpus::FromFile(path, 128, 8).status(), {path, "offset 250", "195", "128"});
+  ExpectMessageHas(TokenCorpus::FromFile(path, 128, 8).status(), {path, "offset 250", "195", "128"});
   // Too small for one sequence in each split: path, size and the bytes needed named.
-  ExpectMessageHas(TextCorpus::FromFile(path, 256, 40).status(),
+  ExpectMessageHas(TokenCorpus::FromFile(path, 256, 40).status(),
                    {path, "300 bytes", "41 bytes", "at least 410 bytes"});
-  ExpectMessageHas(TextCorpus::FromFile(path, 256, 300, 0.0).status(),
+  ExpectMessageHas(TokenCorpus::FromFile(path, 256, 300, 0.0).status(),
                    {path, "300 bytes", "301 bytes", "at least 301 bytes"});
-  EXPECT_TRUE(TextCorpus::FromFile(path, 256, 299, 0.0).ok());
-  ExpectMessageHas(TextCorpus::FromFile(path, 256, 8, 1.0).status(), {"val_fraction 1"});
-  ExpectMessageHas(TextCorpus::FromFile(path, 1, 8).status(), {"vocab 1"});
-  ExpectMessageHas(TextCorpus::FromFile(path, 256, 0).status(), {"seq_len 0"});
-  auto missing = TextCorpus::FromFile(dir / "nope.txt", 256, 8);
+  EXPECT_TRUE(TokenCorpus::FromFile(path, 256, 299, 0.0).ok());
+  ExpectMessageHas(TokenCorpus::FromFile(path, 256, 8, 1.5).status(), {"val_fraction 1.5"});
+  // val_fraction 1: the whole file validates (a --val-data file).
+  auto all_val = TokenCorpus::FromFile(path, 256, 8, 1.0);
+  ASSERT_TRUE(all_val.ok()) << all_val.status().ToString();
+  EXPECT_EQ(all_val->split_size(Split::kTrain), 0u);
+  EXPECT_EQ(all_val->split_begin(Split::kValidation), 0u);
+  EXPECT_EQ(all_val->split_size(Split::kValidation), 300u);
+  ExpectMessageHas(TokenCorpus::FromFile(path, 256, 300, 1.0).status(),
+                   {path, "300 bytes", "whole file", "301 bytes"});
+  ExpectMessageHas(TokenCorpus::FromFile(path, 1, 8).status(), {"vocab 1"});
+  ExpectMessageHas(TokenCorpus::FromFile(path, 256, 0).status(), {"seq_len 0"});
+  auto missing = TokenCorpus::FromFile(dir / "nope.txt", 256, 8);
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("nope.txt"), std::string::npos);
 
   // The synthetic corpus needs '=' (61) in the vocabulary.
-  ExpectMessageHas(TextCorpus::Synthetic(1, 1000, 61, 8).status(), {"synthetic(seed=1)", "61"});
-  EXPECT_TRUE(TextCorpus::Synthetic(1, 1000, 62, 8).ok());
+  ExpectMessageHas(TokenCorpus::Synthetic(1, 1000, 61, 8).status(), {"synthetic(seed=1)", "61"});
+  EXPECT_TRUE(TokenCorpus::Synthetic(1, 1000, 62, 8).ok());
 }
 
 TEST(BatchSamplerTest, TargetsAreInputsShiftedByOne) {
-  auto c = TextCorpus::Synthetic(3, 5000, 256, 32);
+  auto c = TokenCorpus::Synthetic(3, 5000, 256, 32);
   ASSERT_TRUE(c.ok());
   auto s = BatchSampler::Create(*c, Split::kTrain, 4, 32, 99);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -160,7 +175,7 @@ TEST(BatchSamplerTest, TargetsAreInputsShiftedByOne) {
 }
 
 TEST(BatchSamplerTest, Deterministic) {
-  auto c = TextCorpus::Synthetic(3, 5000, 256, 16);
+  auto c = TokenCorpus::Synthetic(3, 5000, 256, 16);
   ASSERT_TRUE(c.ok());
   auto a = BatchSampler::Create(*c, Split::kTrain, 3, 16, 5);
   auto b = BatchSampler::Create(*c, Split::kTrain, 3, 16, 5);
@@ -202,8 +217,90 @@ TEST(BatchSamplerTest, Deterministic) {
   }
 }
 
+// 20 uint16 tokens 1000..1019 (not bytes: a byte reader cannot produce them), all training;
+// seq_len 4 leaves 16 starts, so row k of the draw starts at the top 4 bits of SplitMix64's k-th
+// output from seed 0, the reference sequence 0xe220a8397b1dcdaf (14), 0x6e789e6aa1b965f4 (6),
+// 0x06c45d188009454f (0), 0xf88bb8a8724c81ec (15). The same batches from a nanoGPT file and
+// from an llm.c file holding the same tokens behind its header.
+TEST(BatchSamplerTest, Uint16TokensGiveTheHandComputedBatches) {
+  TempDir dir;
+  const std::vector<uint16_t> tokens = Iota(20, 1000);
+  WriteBytes(dir / "tokens.bin", NanoGptBytes(tokens));
+  WriteBytes(dir / "tokens.llmc", LlmcBytes(tokens));
+  for (const std::string name : {"tokens.bin", "tokens.llmc"}) {
+    SCOPED_TRACE(name);
+    auto c = TokenCorpus::FromFile(dir / name, 50257, 4, 0.0);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->format(), name == "tokens.bin" ? DataFormat::kNanoGpt : DataFormat::kLlmc);
+    EXPECT_EQ(c->size(), 20u);
+    EXPECT_EQ(c->token(0), 1000);
+    EXPECT_EQ(c->token(19), 1019);
+    auto s = BatchSampler::Create(*c, Split::kTrain, 2, 4, 0);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    std::vector<int32_t> in(8), out(8);
+    s->Next(in.data(), out.data());
+    EXPECT_EQ(in, (std::vector<int32_t>{1014, 1015, 1016, 1017, 1006, 1007, 1008, 1009}));
+    EXPECT_EQ(out, (std::vector<int32_t>{1015, 1016, 1017, 1018, 1007, 1008, 1009, 1010}));
+    s->Next(in.data(), out.data());
+    EXPECT_EQ(in, (std::vector<int32_t>{1000, 1001, 1002, 1003, 1015, 1016, 1017, 1018}));
+    EXPECT_EQ(out, (std::vector<int32_t>{1001, 1002, 1003, 1004, 1016, 1017, 1018, 1019}));
+    EXPECT_EQ(s->position(), 2u);
+    // Resume at batch 1: the same batch again.
+    s->Seek(1);
+    std::vector<int32_t> in1(8), out1(8);
+    s->Next(in1.data(), out1.data());
+    EXPECT_EQ(in1, in);
+    EXPECT_EQ(out1, out);
+    // What a checkpoint records: the data and the next batch.
+    EXPECT_EQ(s->position(), 2u);
+    EXPECT_EQ(s->source().path, dir / name);
+    EXPECT_EQ(s->source().format, c->format());
+    EXPECT_EQ(s->source().tokens, 20u);
+    EXPECT_EQ(s->split_begin(), 0u);
+    EXPECT_EQ(s->split_size(), 20u);
+  }
+}
+
+// --val-data: the training file trains whole and the validation batches come from the other
+// file; without it the training file's tail validates.
+TEST(LoadTrainingDataTest, AValidationFileLeavesTheTrainingFileWhole) {
+  TempDir dir;
+  const std::string train = dir / "train.bin", val = dir / "val.bin";
+  WriteBytes(train, NanoGptBytes(Iota(400, 0)));
+  WriteBytes(val, NanoGptBytes(Iota(100, 2000)));
+  auto d = LoadTrainingData({.path = train, .val_path = val}, 4096, 8);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->train.source(), train);
+  EXPECT_EQ(d->train.split_size(Split::kTrain), 400u);
+  EXPECT_EQ(d->train.split_size(Split::kValidation), 0u);
+  EXPECT_EQ(d->validation.source(), val);
+  EXPECT_EQ(d->validation.split_begin(Split::kValidation), 0u);
+  EXPECT_EQ(d->validation.split_size(Split::kValidation), 100u);
+  auto s = BatchSampler::Create(d->validation, Split::kValidation, 4, 8, 1);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<int32_t> in(32), out(32);
+  for (uint64_t i = 0; i < 50; ++i) {
+    s->Fill(i, in.data(), out.data());
+    for (int32_t t : in) ASSERT_GE(t, 2000);  // from val.bin only
+    for (int32_t t : out) ASSERT_GE(t, 2000);
+  }
+
+  auto tail = LoadTrainingData({.path = train}, 4096, 8);
+  ASSERT_TRUE(tail.ok()) << tail.status().ToString();
+  EXPECT_EQ(tail->train.split_size(Split::kTrain), 360u);
+  EXPECT_EQ(tail->validation.source(), train);
+  EXPECT_EQ(tail->validation.split_begin(Split::kValidation), 360u);
+  EXPECT_EQ(tail->validation.split_size(Split::kValidation), 40u);
+
+  // The validation file is checked as the training file is: its size and its tokens.
+  ExpectMessageHas(LoadTrainingData({.path = train, .val_path = val}, 4096, 100).status(),
+                   {val, "100 tokens", "whole file", "101 tokens"});
+  ExpectMessageHas(LoadTrainingData({.path = train, .val_path = val}, 2050, 8).status(),
+                   {val, "token 2050", "byte offset 100"});
+}
+
 TEST(BatchSamplerTest, ValidationIsRepeatableAndDisjointFromTraining) {
-  auto c = TextCorpus::Synthetic(11, 4000, 256, 24, 0.25);
+  auto c = TokenCorpus::Synthetic(11, 4000, 256, 24, 0.25);
   ASSERT_TRUE(c.ok());
   const uint64_t boundary = c->split_begin(Split::kValidation);
   ASSERT_EQ(boundary, 3000u);
@@ -240,14 +337,14 @@ TEST(BatchSamplerTest, ValidationIsRepeatableAndDisjointFromTraining) {
 }
 
 TEST(BatchSamplerTest, Refusals) {
-  auto c = TextCorpus::Synthetic(1, 1000, 256, 8, 0.05);  // validation: 50 bytes
+  auto c = TokenCorpus::Synthetic(1, 1000, 256, 8, 0.05);  // validation: 50 bytes
   ASSERT_TRUE(c.ok());
   ExpectMessageHas(BatchSampler::Create(*c, Split::kValidation, 2, 50, 0).status(),
                    {"synthetic(seed=1)", "validation", "50 bytes", "needs 51"});
   EXPECT_TRUE(BatchSampler::Create(*c, Split::kValidation, 2, 49, 0).ok());
   ExpectMessageHas(BatchSampler::Create(*c, Split::kTrain, 0, 8, 0).status(), {"batch size 0"});
   ExpectMessageHas(BatchSampler::Create(*c, Split::kTrain, 2, 0, 0).status(), {"seq_len 0"});
-  auto none = TextCorpus::Synthetic(1, 100, 256, 8, 0.0);
+  auto none = TokenCorpus::Synthetic(1, 100, 256, 8, 0.0);
   ASSERT_TRUE(none.ok());
   ExpectMessageHas(BatchSampler::Create(*none, Split::kValidation, 1, 8, 0).status(),
                    {"validation", "0 bytes"});
@@ -256,12 +353,12 @@ TEST(BatchSamplerTest, Refusals) {
 TEST(BatchSamplerTest, OutlivesItsCorpus) {
   std::vector<int32_t> in(16), out(16);
   auto s = [] {
-    auto c = TextCorpus::Synthetic(2, 500, 256, 16);
+    auto c = TokenCorpus::Synthetic(2, 500, 256, 16);
     return BatchSampler::Create(*c, Split::kTrain, 1, 16, 3);
   }();
   ASSERT_TRUE(s.ok());
   s->Next(in.data(), out.data());
-  const std::string text = TextCorpus::SyntheticText(2, 500);
+  const std::string text = TokenCorpus::SyntheticText(2, 500);
   for (int t = 0; t < 16; ++t) {
     EXPECT_EQ(in[t], static_cast<unsigned char>(text[s->Start(0, 0) + t]));
   }
