@@ -57,6 +57,9 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
   o.config = cfg->config;
   o.steps = a.steps;
   o.data_path = a.data;
+  o.val_data_path = a.val_data;
+  // One of the four names: --data-format's check refused anything else.
+  o.data_format = *train::ParseDataFormat(a.data_format);
   o.synthetic_bytes = a.synthetic_bytes;
   o.eval_every = a.eval_every;
   o.init_path = a.init;
@@ -127,9 +130,24 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_option("--steps", a->steps, "Optimizer steps")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, std::numeric_limits<uint64_t>::max()));
-  cmd->add_option("--data", a->data, "Text file: bytes are tokens, the last 10% held out "
-                                     "(default: the built-in synthetic arithmetic corpus)")
-      ->check(CLI::ExistingFile);
+  auto* data = cmd->add_option(
+      "--data", a->data,
+      "Training tokens: a text file (bytes are tokens), a nanoGPT .bin (uint16 tokens) or an "
+      "llm.c token file (see --data-format); the last 10% held out unless --val-data (default: "
+      "the built-in synthetic arithmetic corpus)");
+  data->check(CLI::ExistingFile);
+  cmd->add_option("--val-data", a->val_data,
+                  "Validation tokens for --eval-every, in the same formats; the --data file then "
+                  "trains whole")
+      ->check(CLI::ExistingFile)
+      ->needs(data);
+  cmd->add_option("--data-format", a->data_format,
+                  "Format of --data and --val-data: text, nanogpt, llmc or auto (llmc when the "
+                  "file starts with llm.c's magic 20240520, nanogpt when its name ends in .bin, "
+                  "else text)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "text", "nanogpt", "llmc"}))
+      ->needs(data);
   cmd->add_option("--synthetic-bytes", a->synthetic_bytes, "Size of the synthetic corpus")
       ->capture_default_str();
   cmd->add_option("--layers", a->layers, "zinf.model.layers")->check(CLI::Range(1u, 4096u));

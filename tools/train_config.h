@@ -30,7 +30,8 @@ namespace zinf::tools {
 
 // The options of `zinf train`, as CLI11 fills them.
 struct TrainArgs {
-  std::string config, data, init, save, losses, summary, trace, swap_dir, device = "auto";
+  std::string config, data, val_data, data_format = "auto", init, save, losses, summary, trace;
+  std::string swap_dir, device = "auto";
   std::string device_budget, pinned_budget, offload, precision, schedule;
   bool strict = false, profile = false, overlap_adam = false, print_config = false;
   uint64_t steps = 150, eval_every = 0, synthetic_bytes = 4 << 20;

@@ -120,6 +120,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   // Data first: a bad file is reported before anything heavy is built.
   ZINF_ASSIGN_OR_RETURN(TrainingData data,
                         LoadTrainingData({.path = opt.data_path,
+                                          .val_path = opt.val_data_path,
+                                          .format = opt.data_format,
                                           .synthetic_bytes = opt.synthetic_bytes,
                                           .seed = c.zinf.seed,
                                           .val_fraction = opt.val_fraction},
@@ -130,6 +132,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   if (opt.eval_every > 0 && data.validation.split_size(Split::kValidation) > T) {
     ZINF_ASSIGN_OR_RETURN(val_data, BatchSampler::Create(data.validation, Split::kValidation, B,
                                                          T, c.zinf.seed + 1));
+  } else if (!opt.val_data_path.empty() && opt.eval_every == 0) {
+    Log().warn("train: --val-data {} is not used without --eval-every N", opt.val_data_path);
   }
   ZINF_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(c.scheduler, c.optimizer.lr, opt.steps));
   ZINF_ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::FromConfig(c.fp16));

@@ -3,7 +3,8 @@
 // Contract. Train() builds the offload runtime from the config (device, pinned pool, swap
 // space on NVMe when offload_param/offload_optimizer say "nvme", tier manager), the backend for
 // that device (CPU ops on the host-emulated device, CUDA ops on a GPU), the layer executor and the
-// data (a text file, bytes as tokens, or the built-in synthetic corpus), then runs each step as
+// data (src/train/data.h: a text, nanoGPT or llm.c token file, or the built-in synthetic corpus;
+// validation from its tail or a separate file), then runs each step as
 // llm.c reads: next batch, forward + backward (per micro-batch, gradients accumulated in the
 // offload core), clip, optimizer step. With the DeepSpeed keys kept:
 //   train_micro_batch_size_per_gpu, gradient_accumulation_steps (the loss is averaged over
@@ -28,6 +29,7 @@
 
 #include "src/base/device.h"
 #include "src/config/config.h"
+#include "src/train/token_file.h"
 #include "zinf/status.h"
 
 namespace zinf::train {
@@ -36,6 +38,8 @@ struct TrainOptions {
   Config config;                   // validated by Train
   uint64_t steps = 50;             // optimizer steps
   std::string data_path;           // empty: the synthetic corpus
+  std::string val_data_path;       // empty: the training data's tail validates (val_fraction)
+  DataFormat data_format = DataFormat::kAuto;  // of both files (src/train/token_file.h)
   uint64_t synthetic_bytes = 4 << 20;
   double val_fraction = 0.1;
   uint64_t eval_every = 0;         // validation loss every N steps (and at the end); 0 = never
