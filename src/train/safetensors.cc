@@ -12,14 +12,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <set>
-#include <thread>
 #include <utility>
 
+#include "src/base/atomic_file.h"
 #include "src/base/json_strict.h"
 
 namespace zinf::train {
@@ -67,85 +65,6 @@ bool ByteSize(Dtype dtype, const std::vector<uint64_t>& shape, uint64_t* bytes) 
   }
   *bytes = n;
   return true;
-}
-
-// Writes all of [data, data + n) at the current position of fd.
-Status WriteAll(int fd, const void* data, uint64_t n, const std::string& what) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t done = 0;
-  while (done < n) {
-    size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, 1u << 30));
-    ssize_t w = ::write(fd, p + done, chunk);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(errno,
-                               fmt::format("write {} offset {} length {}", what, done, chunk));
-    }
-    done += static_cast<uint64_t>(w);
-  }
-  return Status::Ok();
-}
-
-Status PreadAll(int fd, void* dst, uint64_t n, uint64_t offset, const std::string& path) {
-  auto* p = static_cast<unsigned char*>(dst);
-  uint64_t done = 0;
-  while (done < n) {
-    size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, 1u << 30));
-    ssize_t r = ::pread(fd, p + done, chunk, static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(
-          errno, fmt::format("pread {} offset {} length {}", path, offset + done, chunk));
-    }
-    if (r == 0) {
-      return DataLoss(fmt::format("pread {} offset {} length {}: the file ends at offset {}", path,
-                                  offset + done, chunk, offset + done));
-    }
-    done += static_cast<uint64_t>(r);
-  }
-  return Status::Ok();
-}
-
-std::string DirectoryOf(const std::string& path) {
-  const std::string parent = std::filesystem::path(path).parent_path().string();
-  return parent.empty() ? std::string(".") : parent;
-}
-
-// The process umask, read without changing it (umask(2) can only be read by setting it, which
-// would race with other threads creating files); from /proc, else the get-and-restore dance.
-mode_t CurrentUmask() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Umask:", 0) == 0) {
-      return static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8));
-    }
-  }
-  const mode_t m = ::umask(022);
-  ::umask(m);
-  return m;
-}
-
-struct TempFile {
-  int fd = -1;
-  std::string path;
-};
-
-// A new file beside `path` (same directory, so the rename is atomic) under a name nobody else
-// uses: "<path>.tmp.<pid>.<random>", created O_CREAT|O_EXCL|O_NOFOLLOW mode 0600, so a file or
-// symlink already there (planted or another writer's) is never opened; on EEXIST another name.
-Result<TempFile> CreateTempBeside(const std::string& path) {
-  constexpr int kAttempts = 100;
-  thread_local std::mt19937_64 rng{std::random_device{}() ^
-                                   std::hash<std::thread::id>{}(std::this_thread::get_id())};
-  for (int i = 0; i < kAttempts; ++i) {
-    TempFile t;
-    t.path = fmt::format("{}.tmp.{}.{:016x}", path, ::getpid(), rng());
-    t.fd = ::open(t.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (t.fd >= 0) return t;
-    if (errno != EEXIST) return Status::FromErrno(errno, "create temporary file " + t.path);
-  }
-  return Status::FromErrno(EEXIST, fmt::format("create a temporary file beside {} ({} names "
-                                               "taken)", path, kAttempts));
 }
 
 // Reads one tensor entry of the header.
@@ -298,45 +217,11 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   uint64_t n = text.size();
   std::memcpy(length, &n, 8);
 
-  ZINF_ASSIGN_OR_RETURN(TempFile tmp, CreateTempBeside(path));
-  const int fd = tmp.fd;
-  auto fail = [&](Status s) {
-    ::close(fd);
-    ::unlink(tmp.path.c_str());
-    return s;
-  };
-  Status s = WriteAll(fd, length, 8, tmp.path);
-  if (s.ok()) s = WriteAll(fd, text.data(), text.size(), tmp.path);
-  for (size_t i : order) {
-    if (!s.ok()) break;
-    s = WriteAll(fd, tensors[i].data, sizes[i], tmp.path);
-  }
-  if (!s.ok()) return fail(s);
-  if (::fsync(fd) != 0) return fail(Status::FromErrno(errno, "fsync " + tmp.path));
-  // Created 0600 so that nobody reads it half written; the finished file gets the mode any
-  // new file of this user gets.
-  const mode_t mode = 0666 & ~CurrentUmask();
-  if (::fchmod(fd, mode) != 0) {
-    return fail(Status::FromErrno(errno, fmt::format("chmod {:o} {}", mode, tmp.path)));
-  }
-  if (::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.path.c_str());
-    return Status::FromErrno(e, "close " + tmp.path);
-  }
-  if (::rename(tmp.path.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.path.c_str());
-    return Status::FromErrno(e, fmt::format("rename {} to {}", tmp.path, path));
-  }
-  const std::string dir = DirectoryOf(path);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return Status::FromErrno(errno, "open directory " + dir);
-  int rc = ::fsync(dfd);
-  int e = errno;
-  ::close(dfd);
-  if (rc != 0) return Status::FromErrno(e, "fsync directory " + dir);
-  return Status::Ok();
+  ZINF_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::Create(path));
+  ZINF_RETURN_IF_ERROR(out.Append(length, 8));
+  ZINF_RETURN_IF_ERROR(out.Append(text.data(), text.size()));
+  for (size_t i : order) ZINF_RETURN_IF_ERROR(out.Append(tensors[i].data, sizes[i]));
+  return out.Commit();
 }
 
 // ---- reading ----------------------------------------------------------------------------------
