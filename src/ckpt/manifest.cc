@@ -1,0 +1,339 @@
+#include "src/ckpt/manifest.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "src/base/atomic_file.h"
+#include "src/base/hash.h"
+#include "src/base/json_strict.h"
+#include "src/base/log.h"
+
+namespace zinf::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr uint64_t kHashChunk = 8ull << 20;
+
+// Field access with messages naming the manifest and the field.
+class Fields {
+ public:
+  Fields(const std::string& where, const json& j) : where_(where), j_(j) {}
+
+  template <typename T>
+  Status Get(const char* key, T* out, const char* expected) const {
+    auto it = j_.find(key);
+    if (it == j_.end()) return Missing(key, expected);
+    try {
+      if constexpr (std::is_same_v<T, std::string>) {
+        if (!it->is_string()) return Bad(key, *it, expected);
+      } else if constexpr (std::is_integral_v<T>) {
+        if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0)) {
+          return Bad(key, *it, expected);
+        }
+      }
+      *out = it->get<T>();
+    } catch (const json::exception&) {
+      return Bad(key, *it, expected);
+    }
+    return Status::Ok();
+  }
+  Status Object(const char* key, json* out) const {
+    auto it = j_.find(key);
+    if (it == j_.end()) return Missing(key, "an object");
+    if (!it->is_object()) return Bad(key, *it, "an object");
+    *out = *it;
+    return Status::Ok();
+  }
+
+ private:
+  Status Missing(const char* key, const char* expected) const {
+    return InvalidArgument(fmt::format("{}: \"{}\" is missing; expected {}", where_, key,
+                                       expected));
+  }
+  Status Bad(const char* key, const json& v, const char* expected) const {
+    std::string shown = v.dump();
+    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+    return InvalidArgument(fmt::format("{}: \"{}\" is {}; expected {}", where_, key, shown,
+                                       expected));
+  }
+  std::string where_;
+  const json& j_;
+};
+
+bool IsSwapName(const std::string& path) {
+  static const std::regex kName("zinf\\.swap(\\.[0-9]+)?");
+  return std::regex_match(fs::path(path).filename().string(), kName);
+}
+
+bool IsPlainName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name != kManifestName;
+}
+
+}  // namespace
+
+uint64_t DtypeBytes(const std::string& dtype) {
+  if (dtype == "F32") return 4;
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  return 0;
+}
+
+std::string CheckpointDirName(uint64_t step) { return fmt::format("step-{:010}", step); }
+
+json Manifest::ToJson() const {
+  json files_j = json::array();
+  for (const FileEntry& f : files) {
+    files_j.push_back({{"name", f.name}, {"kind", f.kind}, {"bytes", f.bytes}});
+  }
+  json shards_j = json::array();
+  for (const ShardEntry& s : shards) {
+    shards_j.push_back({{"role", s.role},
+                        {"unit", s.unit},
+                        {"dtype", s.dtype},
+                        {"shape", s.shape},
+                        {"file", s.file},
+                        {"offset", s.offset},
+                        {"length", s.length},
+                        {"xxh64", Xxh64Hex(s.xxh64)}});
+  }
+  return {{"format", kFormat},
+          {"format_version", kFormatVersion},
+          {"step", step},
+          {"model", model},
+          {"training", training},
+          {"data", data},
+          {"state", state},
+          {"world", {{"size", world_size}, {"partition", partition}}},
+          {"files", files_j},
+          {"shards", shards_j}};
+}
+
+const FileEntry* Manifest::FindFile(const std::string& name) const {
+  for (const FileEntry& f : files) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::string Manifest::PathOf(const ShardEntry& shard) const {
+  const FileEntry* f = FindFile(shard.file);
+  if (f != nullptr && f->kind == "swap") return f->name;
+  return (fs::path(dir) / shard.file).string();
+}
+
+Status Commit(const std::string& dir, const Manifest& manifest) {
+  return WriteFileAtomically((fs::path(dir) / kManifestName).string(),
+                             manifest.ToJson().dump(1) + "\n");
+}
+
+Result<Manifest> Read(const std::string& dir,
+                      const std::optional<std::vector<std::string>>& allowed_swap_files) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  ZINF_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  json j;
+  try {
+    j = ParseJsonRefusingDuplicates(text);
+  } catch (const DuplicateJsonKey& d) {
+    return DataLoss(fmt::format("{}: the key {} is repeated", path, d.Dotted()));
+  } catch (const json::parse_error& e) {
+    return DataLoss(fmt::format("{}: not JSON: {}", path, e.what()));
+  }
+  if (!j.is_object()) return DataLoss(path + ": expected a JSON object");
+  Manifest m;
+  m.dir = dir;
+  Fields f(path, j);
+  std::string format;
+  int version = 0;
+  ZINF_RETURN_IF_ERROR(f.Get("format", &format, "\"zinf-checkpoint\""));
+  if (format != kFormat) {
+    return InvalidArgument(fmt::format("{}: format \"{}\"; expected \"{}\"", path, format, kFormat));
+  }
+  ZINF_RETURN_IF_ERROR(f.Get("format_version", &version, "1"));
+  if (version != kFormatVersion) {
+    return InvalidArgument(fmt::format("{}: format_version {}; this zinf reads version {}", path,
+                                       version, kFormatVersion));
+  }
+  ZINF_RETURN_IF_ERROR(f.Get("step", &m.step, "an integer >= 0"));
+  ZINF_RETURN_IF_ERROR(f.Object("model", &m.model));
+  ZINF_RETURN_IF_ERROR(f.Object("training", &m.training));
+  ZINF_RETURN_IF_ERROR(f.Object("data", &m.data));
+  ZINF_RETURN_IF_ERROR(f.Object("state", &m.state));
+  json world;
+  ZINF_RETURN_IF_ERROR(f.Object("world", &world));
+  Fields fw(path + ": world", world);
+  ZINF_RETURN_IF_ERROR(fw.Get("size", &m.world_size, "an integer >= 1"));
+  ZINF_RETURN_IF_ERROR(fw.Get("partition", &m.partition, "a partition rule"));
+  if (m.world_size != 1 || m.partition != "none") {
+    return Unimplemented(fmt::format("{}: world size {} partitioned \"{}\": this zinf resumes "
+                                     "one rank (world size 1, partition \"none\")",
+                                     path, m.world_size, m.partition));
+  }
+  auto files = j.find("files");
+  if (files == j.end() || !files->is_array()) {
+    return InvalidArgument(path + ": \"files\" is missing or not an array");
+  }
+  for (size_t i = 0; i < files->size(); ++i) {
+    Fields ff(fmt::format("{}: files[{}]", path, i), (*files)[i]);
+    FileEntry e;
+    ZINF_RETURN_IF_ERROR(ff.Get("name", &e.name, "a file name"));
+    ZINF_RETURN_IF_ERROR(ff.Get("kind", &e.kind, "\"data\" or \"swap\""));
+    ZINF_RETURN_IF_ERROR(ff.Get("bytes", &e.bytes, "an integer >= 0"));
+    if (e.kind == "data") {
+      if (!IsPlainName(e.name)) {
+        return InvalidArgument(fmt::format(
+            "{}: files[{}] \"{}\" is not a plain file name inside the checkpoint directory "
+            "(a path escape): refused", path, i, e.name));
+      }
+    } else if (e.kind == "swap") {
+      if (!fs::path(e.name).is_absolute() || !IsSwapName(e.name)) {
+        return InvalidArgument(fmt::format(
+            "{}: files[{}] \"{}\" is not a zinf swap file (an absolute path named zinf.swap or "
+            "zinf.swap.<i>): refused", path, i, e.name));
+      }
+      if (allowed_swap_files &&
+          std::find(allowed_swap_files->begin(), allowed_swap_files->end(), e.name) ==
+              allowed_swap_files->end()) {
+        return InvalidArgument(fmt::format(
+            "{}: files[{}] \"{}\" is not one of this run's swap files: refused (the run's are "
+            "{})", path, i, e.name, fmt::join(*allowed_swap_files, ", ")));
+      }
+    } else {
+      return InvalidArgument(fmt::format("{}: files[{}] kind \"{}\"; expected \"data\" or "
+                                         "\"swap\"", path, i, e.kind));
+    }
+    if (m.FindFile(e.name) != nullptr) {
+      return InvalidArgument(fmt::format("{}: files[{}] \"{}\" is listed twice", path, i, e.name));
+    }
+    m.files.push_back(e);
+  }
+  auto shards = j.find("shards");
+  if (shards == j.end() || !shards->is_array()) {
+    return InvalidArgument(path + ": \"shards\" is missing or not an array");
+  }
+  for (size_t i = 0; i < shards->size(); ++i) {
+    const std::string where = fmt::format("{}: shards[{}]", path, i);
+    Fields fs_(where, (*shards)[i]);
+    ShardEntry s;
+    std::string hash;
+    ZINF_RETURN_IF_ERROR(fs_.Get("role", &s.role, "a role name"));
+    ZINF_RETURN_IF_ERROR(fs_.Get("unit", &s.unit, "a unit index"));
+    ZINF_RETURN_IF_ERROR(fs_.Get("dtype", &s.dtype, "F32, BF16 or F16"));
+    ZINF_RETURN_IF_ERROR(fs_.Get("shape", &s.shape, "an array of sizes"));
+    ZINF_RETURN_IF_ERROR(fs_.Get("file", &s.file, "a listed file's name"));
+    ZINF_RETURN_IF_ERROR(fs_.Get("offset", &s.offset, "a byte offset"));
+    ZINF_RETURN_IF_ERROR(fs_.Get("length", &s.length, "a byte length"));
+    ZINF_RETURN_IF_ERROR(fs_.Get("xxh64", &hash, "16 hex digits"));
+    auto h = ParseXxh64Hex(hash);
+    if (!h) return InvalidArgument(fmt::format("{}: xxh64 \"{}\"; expected 16 hex digits", where, hash));
+    s.xxh64 = *h;
+    const uint64_t elem = DtypeBytes(s.dtype);
+    if (elem == 0) {
+      return InvalidArgument(fmt::format("{}: dtype \"{}\"; expected F32, BF16 or F16", where,
+                                         s.dtype));
+    }
+    uint64_t count = 1;
+    for (uint64_t d : s.shape) count *= d;
+    if (count * elem != s.length) {
+      return InvalidArgument(fmt::format("{}: length {} bytes, but {} {} values make {}", where,
+                                         s.length, count, s.dtype, count * elem));
+    }
+    const FileEntry* file = m.FindFile(s.file);
+    if (file == nullptr) {
+      return InvalidArgument(fmt::format(
+          "{}: file \"{}\" is neither a data file of this checkpoint nor one of its listed swap "
+          "files (a path escape): refused", where, s.file));
+    }
+    if (s.offset > file->bytes || s.length > file->bytes - s.offset) {
+      return InvalidArgument(fmt::format("{}: bytes [{}, {}) lie outside {} ({} bytes)", where,
+                                         s.offset, s.offset + s.length, s.file, file->bytes));
+    }
+    m.shards.push_back(std::move(s));
+  }
+  return m;
+}
+
+std::vector<CommittedCheckpoint> Committed(const std::string& root) {
+  std::vector<CommittedCheckpoint> out;
+  std::error_code ec;
+  static const std::regex kDir("step-([0-9]{10})");
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !std::regex_match(name, m, kDir)) continue;
+    if (!fs::exists(e.path() / kManifestName)) continue;  // not committed
+    auto manifest = Read(e.path().string());
+    if (!manifest.ok()) {
+      Log().warn("checkpoint {} is not usable: {}", e.path().string(),
+                 manifest.status().ToString());
+      continue;
+    }
+    out.push_back({manifest->step, e.path().string()});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CommittedCheckpoint& a, const CommittedCheckpoint& b) { return a.step < b.step; });
+  return out;
+}
+
+Result<std::string> Resolve(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    return NotFound(fmt::format("checkpoint {}: no such directory", path));
+  }
+  if (fs::exists(fs::path(path) / kManifestName)) return path;
+  auto all = Committed(path);
+  if (all.empty()) {
+    return NotFound(fmt::format("{} holds no committed checkpoint (no step-*/{} that reads)",
+                                path, kManifestName));
+  }
+  return all.back().dir;
+}
+
+Result<uint64_t> HashFileRange(const std::string& path, uint64_t offset, uint64_t length) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  std::string buf(static_cast<size_t>(std::min(length, kHashChunk)), '\0');
+  Xxh64Stream h;
+  Status s;
+  for (uint64_t done = 0; done < length && s.ok();) {
+    const uint64_t n = std::min<uint64_t>(kHashChunk, length - done);
+    s = PreadAll(fd, buf.data(), n, offset + done, path);
+    if (s.ok()) h.Update(buf.data(), n);
+    done += n;
+  }
+  ::close(fd);
+  if (!s.ok()) return s;
+  return h.Digest();
+}
+
+Status Verify(const Manifest& m, const std::function<void(const ShardEntry&)>& progress) {
+  for (const ShardEntry& s : m.shards) {
+    const std::string path = m.PathOf(s);
+    auto h = HashFileRange(path, s.offset, s.length);
+    if (!h.ok()) {
+      return Status(h.status().code() == StatusCode::kDataLoss ? StatusCode::kDataLoss
+                                                               : h.status().code(),
+                    fmt::format("checkpoint {}: shard {} of unit {} ({} bytes at offset {} of "
+                                "{}): {}", m.dir, s.role, s.unit, s.length, s.offset, path,
+                                h.status().message()));
+    }
+    if (*h != s.xxh64) {
+      return DataLoss(fmt::format(
+          "checkpoint {}: shard {} of unit {} ({} bytes at offset {} of {}) has xxHash64 {}, the "
+          "manifest records {}: the data is corrupt",
+          m.dir, s.role, s.unit, s.length, s.offset, path, Xxh64Hex(*h), Xxh64Hex(s.xxh64)));
+    }
+    if (progress) progress(s);
+  }
+  return Status::Ok();
+}
+
+}  // namespace zinf::ckpt

@@ -1,0 +1,108 @@
+// src/ckpt/manifest.h — the checkpoint format: a directory, its manifest, and what may be read.
+//
+// A checkpoint is a directory `<root>/step-<step, 10 digits>/` holding `manifest.json` and data
+// files. The manifest (JSON, format "zinf-checkpoint", version 1) records the model, the
+// training configuration that matters for a resume, the step, the data position, the loss
+// scaler's state, the world size and partition rule (1 and "none" today), the files the shards
+// live in, and for every shard: role, unit, dtype, shape, file, offset, length and xxHash64
+// (16 hex digits). A shard's file is either a data file of the checkpoint (a plain name inside
+// its directory) or one of the run's swap files, listed with kind "swap": NVMe-homed optimizer
+// state is not copied, the manifest points into the extents the run left in its swap file.
+//
+// Contract:
+// - Commit(dir, manifest) writes manifest.json atomically (src/base/atomic_file.h: a unique
+//   temporary, fsync, rename, directory fsync). The caller has written and fsynced the data
+//   first: a directory holds a committed checkpoint exactly when its manifest.json exists.
+// - Read(dir) parses and checks a manifest: every field's type, the format and version, and
+//   that every shard names a listed file, lies inside it (offset + length <= the file's bytes)
+//   and has the size its dtype and shape say. A listed data file must be a plain name (no '/',
+//   no ".."); a swap file must be absolute, named like zinf's swap files ("zinf.swap" or
+//   "zinf.swap.<i>"), and, when `allowed_swap_files` is given (a resume: the run's own), one of
+//   them. Anything else is refused (InvalidArgument or DataLoss) naming the file and the field:
+//   a manifest never makes zinf read a file that is neither in the checkpoint nor the run's.
+// - Committed(root) lists the committed checkpoints under root by step; Resolve(path) takes a
+//   checkpoint directory, or a root and picks its latest committed checkpoint (directories with
+//   no manifest, or only a temporary one, are not checkpoints).
+// - Verify(manifest) reads every shard and compares its xxHash64: DataLoss naming the first bad
+//   shard, its file and offset; a file shorter than a shard needs is DataLoss too.
+//
+// Thread-safety: values and pure functions; files are only read, except by Commit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "zinf/status.h"
+
+namespace zinf::ckpt {
+
+inline constexpr char kFormat[] = "zinf-checkpoint";
+inline constexpr int kFormatVersion = 1;
+inline constexpr char kManifestName[] = "manifest.json";
+
+struct FileEntry {
+  std::string name;  // kind "data": a name in the checkpoint directory; "swap": an absolute path
+  std::string kind;  // "data" or "swap"
+  uint64_t bytes = 0;
+};
+
+struct ShardEntry {
+  std::string role;   // "master", "exp_avg", "exp_avg_sq", "param16", ...
+  uint32_t unit = 0;
+  std::string dtype;  // "F32", "BF16", "F16"
+  std::vector<uint64_t> shape;
+  std::string file;   // a FileEntry's name
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t xxh64 = 0;
+};
+
+struct Manifest {
+  uint64_t step = 0;               // optimizer steps run (applied and skipped); the next is step+1
+  nlohmann::json model;            // zinf.model as the config writes it
+  nlohmann::json training;         // what a resume must match or take over
+  nlohmann::json data;             // the samplers' positions and the data's fingerprints
+  nlohmann::json state;            // loss scaler, applied steps, clip coefficient, ...
+  uint32_t world_size = 1;
+  std::string partition = "none";
+  std::vector<FileEntry> files;
+  std::vector<ShardEntry> shards;
+
+  std::string dir;  // where it was read from (set by Read)
+
+  nlohmann::json ToJson() const;
+  // The path a shard's bytes are read from (checked by Read).
+  std::string PathOf(const ShardEntry& shard) const;
+  const FileEntry* FindFile(const std::string& name) const;
+};
+
+// Bytes per element of a dtype name (F32 4, BF16/F16 2); 0 for an unknown one.
+uint64_t DtypeBytes(const std::string& dtype);
+
+std::string CheckpointDirName(uint64_t step);  // "step-0000000012"
+
+Status Commit(const std::string& dir, const Manifest& manifest);
+Result<Manifest> Read(const std::string& dir,
+                      const std::optional<std::vector<std::string>>& allowed_swap_files = {});
+
+struct CommittedCheckpoint {
+  uint64_t step = 0;
+  std::string dir;
+};
+// Sorted by step; a directory whose manifest does not parse is left out (and logged).
+std::vector<CommittedCheckpoint> Committed(const std::string& root);
+// `path` itself when it holds a manifest, else the latest committed checkpoint under it.
+Result<std::string> Resolve(const std::string& path);
+
+// Reads every shard and checks its hash; `progress` (optional) is told each shard verified.
+Status Verify(const Manifest& manifest,
+              const std::function<void(const ShardEntry&)>& progress = nullptr);
+// The xxHash64 of `length` bytes of `path` from `offset` (read in pieces).
+Result<uint64_t> HashFileRange(const std::string& path, uint64_t offset, uint64_t length);
+
+}  // namespace zinf::ckpt

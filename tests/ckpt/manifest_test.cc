@@ -1,0 +1,172 @@
+// ckpt::Manifest: commit and read back, what counts as committed, which files a manifest may
+// name (path escapes refused), and verification naming the first bad shard.
+#include "src/ckpt/manifest.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "src/base/atomic_file.h"
+#include "src/base/hash.h"
+#include "tests/test_util.h"
+
+namespace zinf::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using zinf::testing::TempDir;
+
+// A checkpoint of `step` under root with one data file of two F32 shards of 4 values.
+Manifest MakeCheckpoint(const std::string& root, uint64_t step, float fill = 1.0f) {
+  const std::string dir = (fs::path(root) / CheckpointDirName(step)).string();
+  fs::create_directories(dir);
+  std::vector<float> a(4, fill), b(4, fill + 1);
+  std::string bytes(reinterpret_cast<const char*>(a.data()), 16);
+  bytes.append(reinterpret_cast<const char*>(b.data()), 16);
+  EXPECT_TRUE(WriteFileAtomically(dir + "/host.bin", bytes).ok());
+  Manifest m;
+  m.step = step;
+  m.model = {{"layers", 1}};
+  m.training = {{"lr", 0.001}};
+  m.data = {{"train", {{"position", step}}}};
+  m.state = {{"applied_steps", step}};
+  m.files = {{"host.bin", "data", 32}};
+  m.shards = {{"master", 0, "F32", {4}, "host.bin", 0, 16, Xxh64(a.data(), 16)},
+              {"exp_avg", 0, "F32", {4}, "host.bin", 16, 16, Xxh64(b.data(), 16)}};
+  EXPECT_TRUE(Commit(dir, m).ok());
+  m.dir = dir;
+  return m;
+}
+
+TEST(ManifestTest, CommitReadAndVerifyRoundTrip) {
+  TempDir root;
+  const Manifest m = MakeCheckpoint(root.path(), 12);
+  auto r = Read(m.dir);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->step, 12u);
+  EXPECT_EQ(r->model, m.model);
+  EXPECT_EQ(r->data, m.data);
+  ASSERT_EQ(r->shards.size(), 2u);
+  EXPECT_EQ(r->shards[1].role, "exp_avg");
+  EXPECT_EQ(r->shards[1].xxh64, m.shards[1].xxh64);
+  EXPECT_EQ(r->PathOf(r->shards[0]), m.dir + "/host.bin");
+  int verified = 0;
+  EXPECT_TRUE(Verify(*r, [&](const ShardEntry&) { ++verified; }).ok());
+  EXPECT_EQ(verified, 2);
+}
+
+TEST(ManifestTest, TheLatestIsResolvedFromCommittedManifestsOnly) {
+  TempDir root;
+  MakeCheckpoint(root.path(), 4);
+  MakeCheckpoint(root.path(), 8);
+  // A checkpoint whose manifest is gone, and one with only a stray temporary manifest: neither
+  // is committed.
+  const Manifest gone = MakeCheckpoint(root.path(), 12);
+  fs::remove(gone.dir + "/manifest.json");
+  const Manifest torn = MakeCheckpoint(root.path(), 16);
+  fs::rename(torn.dir + "/manifest.json", torn.dir + "/manifest.json.tmp.123.abcdef0123456789");
+  auto all = Committed(root.path());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].step, 4u);
+  EXPECT_EQ(all[1].step, 8u);
+  auto latest = Resolve(root.path());
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, (fs::path(root.path()) / "step-0000000008").string());
+  EXPECT_EQ(*Resolve(all[0].dir), all[0].dir);  // a named checkpoint is itself
+  TempDir empty;
+  EXPECT_EQ(Resolve(empty.path()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Resolve(empty / "nope").status().code(), StatusCode::kNotFound);
+}
+
+TEST(ManifestTest, AFlippedByteOrATruncatedFileIsReportedNamingShardFileAndOffset) {
+  TempDir root;
+  const Manifest m = MakeCheckpoint(root.path(), 3);
+  {
+    std::fstream f(m.dir + "/host.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);
+    f.put('\x7f');
+  }
+  auto r = Read(m.dir);
+  ASSERT_TRUE(r.ok());
+  Status s = Verify(*r);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("shard exp_avg of unit 0"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("offset 16 of " + m.dir + "/host.bin"), std::string::npos)
+      << s.message();
+  ASSERT_EQ(::truncate((m.dir + "/host.bin").c_str(), 24), 0);
+  s = Verify(*r);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("ends at offset 24"), std::string::npos) << s.message();
+}
+
+// Edits manifest.json of `dir` with `edit` and commits it back.
+void EditManifest(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  auto text = ReadWholeFile(dir + "/manifest.json");
+  ASSERT_TRUE(text.ok());
+  nlohmann::json j = nlohmann::json::parse(*text);
+  edit(j);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/manifest.json", j.dump()).ok());
+}
+
+TEST(ManifestTest, AManifestNamingAFileOutsideTheCheckpointOrTheRunsSwapFilesIsRefused) {
+  TempDir root;
+  const Manifest m = MakeCheckpoint(root.path(), 5);
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"a relative escape", [](auto& j) { j["files"][0]["name"] = "../../etc/passwd";
+                                          j["shards"][0]["file"] = "../../etc/passwd"; },
+       "path escape"},
+      {"an absolute data file", [](auto& j) { j["files"][0]["name"] = "/etc/passwd";
+                                              j["shards"][0]["file"] = "/etc/passwd"; },
+       "path escape"},
+      {"a swap file that is not one", [](auto& j) {
+         j["files"].push_back({{"name", "/etc/passwd"}, {"kind", "swap"}, {"bytes", 16}});
+         j["shards"][0]["file"] = "/etc/passwd"; },
+       "not a zinf swap file"},
+      {"an unlisted file", [](auto& j) { j["shards"][0]["file"] = "other.bin"; },
+       "neither a data file of this checkpoint nor one of its listed swap files"},
+      {"a shard past its file", [](auto& j) { j["shards"][1]["offset"] = 24; }, "lie outside"},
+      {"a length that disagrees with the shape", [](auto& j) { j["shards"][0]["length"] = 12; },
+       "but 4 F32 values make 16"},
+      {"a bad hash", [](auto& j) { j["shards"][0]["xxh64"] = "xyz"; }, "16 hex digits"},
+      {"another format version", [](auto& j) { j["format_version"] = 9; }, "format_version 9"},
+      {"several ranks", [](auto& j) { j["world"]["size"] = 4; }, "world size 4"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Manifest fresh = MakeCheckpoint(root.path(), 5);
+    EditManifest(fresh.dir, c.edit);
+    auto r = Read(fresh.dir);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+  }
+  // A swap file named like zinf's is accepted unless the run says which are its own.
+  const Manifest fresh = MakeCheckpoint(root.path(), 6);
+  const std::string swap = root / "zinf.swap";
+  std::ofstream(swap) << std::string(64, '\0');
+  EditManifest(fresh.dir, [&](auto& j) {
+    j["files"].push_back({{"name", swap}, {"kind", "swap"}, {"bytes", 64}});
+    j["shards"][0]["file"] = swap;
+  });
+  EXPECT_TRUE(Read(fresh.dir).ok());
+  auto mine = Read(fresh.dir, std::vector<std::string>{swap});
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(mine->PathOf(mine->shards[0]), swap);
+  auto other = Read(fresh.dir, std::vector<std::string>{"/data/run2/zinf.swap"});
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("not one of this run's swap files"), std::string::npos);
+  // A repeated key is refused, not silently resolved.
+  ASSERT_TRUE(WriteFileAtomically(fresh.dir + "/manifest.json",
+                                  R"({"format": "zinf-checkpoint", "format": "x"})").ok());
+  EXPECT_NE(Read(fresh.dir).status().message().find("repeated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zinf::ckpt
