@@ -1,0 +1,233 @@
+#include "src/train/executor.h"
+
+// The layer executor's weights (init, set, get through the pipeline's slab) and optimizer step
+// (the NVMe pipeline, on its own thread under the next forward, or in memory).
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "io/aligned_buffer.h"
+#include "kernels/cpu/cast.h"
+#include "src/base/units.h"
+#include "src/train/executor_internal.h"
+
+namespace zinf::train {
+
+using namespace detail;  // NOLINT: the executor's own helpers
+
+uint8_t* LayerExecutor::BounceBuffer() const {
+  return pipeline_ != nullptr ? pipeline_->slabs()[0].data : nullptr;
+}
+
+Status LayerExecutor::WriteNvme(const offload::Extent& e, const void* src, uint64_t bytes) {
+  const uint64_t padded = rt_.swap->Padded(bytes);
+  uint8_t* buf = BounceBuffer();
+  if (buf == nullptr || padded > pipeline_->slab_bytes()) {
+    return Internal("WriteNvme: no bounce slab for this extent");
+  }
+  if (src != buf) std::memcpy(buf, src, bytes);
+  std::memset(buf + bytes, 0, padded - bytes);
+  return rt_.swap->engine().Write(rt_.swap->file(), e.offset, buf, padded);
+}
+
+Status LayerExecutor::ReadNvme(const offload::Extent& e, void* dst, uint64_t bytes) {
+  const uint64_t padded = rt_.swap->Padded(bytes);
+  uint8_t* buf = BounceBuffer();
+  if (buf == nullptr || padded > pipeline_->slab_bytes()) {
+    return Internal("ReadNvme: no bounce slab for this extent");
+  }
+  ZINF_RETURN_IF_ERROR(rt_.swap->engine().Read(rt_.swap->file(), e.offset, buf, padded));
+  if (dst != buf) std::memcpy(dst, buf, bytes);
+  return Status::Ok();
+}
+
+Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
+  const uint64_t n = dims_.UnitParams(unit);
+  const offload::OptimizerUnit& ou = opt_units_[unit];
+  uint16_t* p16 = p16_staging_.data();
+  if (options_.optimizer_on_nvme) {
+    // Everything goes through the pipeline's first slab (idle between steps): the 16-bit copy
+    // in its param16 part, the master weights and the zero moments from its start.
+    uint8_t* slab = BounceBuffer();
+    p16 = reinterpret_cast<uint16_t*>(slab + pipeline_->LayoutFor(n).param16);
+    ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
+    ZINF_RETURN_IF_ERROR(WriteNvme(ou.master, master, 4 * n));
+    // A new swap file reads as zeros (io/swap_file.h): the moments need writing only once an
+    // optimizer step has written them.
+    if (!moments_zero_at_home_) {
+      std::memset(slab, 0, 4 * n);
+      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg, slab, 4 * n));
+      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg_sq, slab, 4 * n));
+    }
+  } else {
+    ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
+    if (master != master_[unit].data()) std::memcpy(master_[unit].data(), master, 4 * n);
+    std::fill(exp_avg_[unit].begin(), exp_avg_[unit].end(), 0.0f);
+    std::fill(exp_avg_sq_[unit].begin(), exp_avg_sq_[unit].end(), 0.0f);
+  }
+  return rt_.tiers->WriteHome(p16_[unit], p16);
+}
+
+Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
+  const uint64_t n = dims_.UnitParams(unit);
+  if (options_.optimizer_on_nvme) return ReadNvme(opt_units_[unit].master, master, 4 * n);
+  std::memcpy(master, master_[unit].data(), 4 * n);
+  return Status::Ok();
+}
+
+Status LayerExecutor::InitWeights(uint64_t seed) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  for (uint32_t u = 0; u < dims_.units(); ++u) {
+    // Generated where SetUnitWeights reads it from: no buffer outside the budgets.
+    float* w = options_.optimizer_on_nvme ? reinterpret_cast<float*>(BounceBuffer())
+                                          : master_[u].data();
+    InitUnit(dims_, u, seed, w);
+    ZINF_RETURN_IF_ERROR(SetUnitWeights(u, w));
+  }
+  return Status::Ok();
+}
+
+Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
+                               offload::OptimizerStepStats* st) {
+  auto t0 = Clock::now();
+  offload::TierManager& tm = *rt_.tiers;
+  if (pipeline_ != nullptr) {
+    moments_zero_at_home_ = false;
+    ZINF_ASSIGN_OR_RETURN(offload::OptimizerStepStats one,
+                          pipeline_->Step(std::span(&opt_units_[u], 1), hyper));
+    ZINF_RETURN_IF_ERROR(tm.Invalidate(p16_[u]));  // its home was rewritten
+    st->units += one.units;
+    st->adam_seconds += one.adam_seconds;
+    st->read_wait_seconds += one.read_wait_seconds;
+    st->bytes_read += one.bytes_read;
+    st->bytes_written += one.bytes_written;
+    stats_.optimizer_bytes_read += one.bytes_read;
+    stats_.optimizer_bytes_written += one.bytes_written;
+  } else {
+    const uint64_t n = dims_.UnitParams(u);
+    ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[u], Tier::kHost));
+    auto g = lease.Wait();
+    if (!g.ok()) {
+      tm.Release(std::move(lease), false).IgnoreError();
+      return g.status();
+    }
+    kernels::AdamBuffers b{master_[u].data(), *g, GradType(), exp_avg_[u].data(),
+                           exp_avg_sq_[u].data(), kernels::DType::kF32, p16_staging_.data(),
+                           options_.param16_type, n};
+    auto a0 = Clock::now();
+    auto r = kernels::AdamStep(hyper, b, options_.adam);
+    st->adam_seconds += Since(a0);
+    ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
+    ZINF_RETURN_IF_ERROR(r.status());
+    ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
+    ++st->units;
+  }
+  ZINF_RETURN_IF_ERROR(tm.Discard(grad_[u]));
+  const double dt = Since(t0);
+  st->seconds += dt;
+  stats_.optimizer_seconds += dt;
+  return Status::Ok();
+}
+
+Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::AdamHyper& hyper) {
+  auto t0 = Clock::now();
+  offload::TierManager& tm = *rt_.tiers;
+  offload::OptimizerStepStats st;
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  if (pipeline_ != nullptr && options_.async_optimizer) {
+    // All units through the pipeline, on its own thread, under the next forward: each unit's
+    // new param16 is usable once its writes completed (the callback marks it; stale copies of
+    // the old weights are dropped by the tier manager).
+    moments_zero_at_home_ = false;
+    opt_hyper_ = hyper;
+    {
+      std::lock_guard lock(opt_mu_);
+      unit_written_.assign(dims_.units(), 0);
+    }
+    // Each unit's new param16 goes into the host tier as soon as its Adam is done (when there
+    // is room): the forward uses it without waiting for the NVMe write and reading it back.
+    opt_on_updated_ = [this](size_t u, const void* param16) {
+      auto installed = rt_.tiers->InstallPending(p16_[u], param16);
+      if (!installed.ok() || !*installed) return;  // the forward waits for the write instead
+      std::lock_guard lock(opt_mu_);
+      unit_written_[u] = 1;
+      opt_cv_.notify_all();
+    };
+    opt_on_written_ = [this](size_t u) {
+      rt_.tiers->HomeRewritten(p16_[u]);  // ends an installed copy's hold, else drops old ones
+      std::lock_guard lock(opt_mu_);
+      unit_written_[u] = 1;
+      opt_cv_.notify_all();
+    };
+    // The prefetcher leaves the 16-bit weights alone until each unit's new ones are known
+    // (installed or written): reading the old ones now would be wasted, and would keep the
+    // install out.
+    for (auto id : p16_) rt_.tiers->BeginRewrite(id);
+    opt_running_ = true;
+    opt_future_ = std::async(std::launch::async, [this]() -> Result<offload::OptimizerStepStats> {
+      auto r = pipeline_->Step(opt_units_, opt_hyper_, &opt_on_written_, &opt_on_updated_);
+      if (!r.ok()) {
+        for (auto id : p16_) rt_.tiers->EndPending(id, false);  // not known to be home
+      }
+      std::lock_guard lock(opt_mu_);
+      std::fill(unit_written_.begin(), unit_written_.end(), 1);  // nobody waits forever
+      opt_cv_.notify_all();
+      return r;
+    });
+    return st;  // empty: the step's stats arrive when it finishes
+  }
+  if (pipeline_ != nullptr) {
+    // All units through the pipeline at once: reads run ahead, writes behind.
+    moments_zero_at_home_ = false;
+    ZINF_ASSIGN_OR_RETURN(st, pipeline_->Step(opt_units_, hyper));
+    // The pipeline rewrote every param16 home: the cached copies are stale.
+    for (auto id : p16_) ZINF_RETURN_IF_ERROR(tm.Invalidate(id));
+    ZINF_RETURN_IF_ERROR(DiscardGradients());
+    stats_.optimizer_seconds += Since(t0);
+    stats_.optimizer_bytes_read += st.bytes_read;
+    stats_.optimizer_bytes_written += st.bytes_written;
+  } else {
+    for (uint32_t u = 0; u < dims_.units(); ++u) ZINF_RETURN_IF_ERROR(StepUnit(u, hyper, &st));
+  }
+  stats_.adam_seconds += st.adam_seconds;
+  return st;
+}
+
+void LayerExecutor::WaitUnitWritten(uint32_t unit) {
+  if (!opt_running_) return;
+  auto t0 = Clock::now();
+  std::unique_lock lock(opt_mu_);
+  opt_cv_.wait(lock, [&] { return unit_written_[unit] != 0; });
+  stats_.optimizer_wait_seconds += Since(t0);
+}
+
+Status LayerExecutor::FinishOptimizerStep() {
+  if (!opt_running_) return Status::Ok();
+  auto t0 = Clock::now();
+  opt_running_ = false;
+  Result<offload::OptimizerStepStats> r = opt_future_.get();
+  stats_.optimizer_wait_seconds += Since(t0);
+  ZINF_RETURN_IF_ERROR(r.status());
+  // Copies fetched while the step ran were dropped unit by unit (HomeRewritten); the
+  // gradients are consumed.
+  ZINF_RETURN_IF_ERROR(DiscardGradients());
+  stats_.optimizer_seconds += r->seconds;
+  stats_.adam_seconds += r->adam_seconds;
+  stats_.optimizer_bytes_read += r->bytes_read;
+  stats_.optimizer_bytes_written += r->bytes_written;
+  return Status::Ok();
+}
+
+Status LayerExecutor::DiscardGradients() {
+  for (auto id : grad_) ZINF_RETURN_IF_ERROR(rt_.tiers->Discard(id));
+  return Status::Ok();
+}
+
+void LayerExecutor::EndStep() { rt_.tiers->EndStep(); }
+
+}  // namespace zinf::train

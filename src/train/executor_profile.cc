@@ -1,0 +1,121 @@
+#include "src/train/executor.h"
+
+// The layer executor's --profile: each bound of a step measured alone.
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "io/aligned_buffer.h"
+#include "kernels/cpu/cast.h"
+#include "src/base/units.h"
+#include "src/train/executor_internal.h"
+
+namespace zinf::train {
+
+using namespace detail;  // NOLINT: the executor's own helpers
+
+Result<ProfileBounds> LayerExecutor::MeasureBounds(const int32_t* tokens, const int32_t* targets,
+                                                   uint64_t micro_batches) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  const GptDims& d = dims_;
+  const int B = batch_, T = seq_;
+  const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
+  ProfileBounds b;
+  // Compute alone: the same ops as ForwardBackward, no fetches, no gradient hand-over.
+  ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
+  ZINF_RETURN_IF_ERROR(FetchWeights(0, wemb_));
+  ZINF_RETURN_IF_ERROR(FetchWeights(d.L > 0 ? 1 : d.final_unit(), wbuf_));
+  const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
+  const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
+  auto time_compute = [&]() -> Result<double> {
+    auto t0 = Clock::now();
+    for (uint64_t m = 0; m < micro_batches; ++m) {
+      const BlockView<const float> w = ViewBlock<const float>(wbuf_, d);
+      ZINF_RETURN_IF_ERROR(EmbeddingForward<float>(be_, d, ViewEmbedding<const float>(wemb_, d),
+                                                   d_tokens_, xs_, B, T));
+      for (int l = 0; l < d.L; ++l) {
+        ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, w, xs_ + NC * l, xs_ + NC * (l + 1), a,
+                                                 scratch_, B, T));
+      }
+      ZINF_RETURN_IF_ERROR(HeadForward<float>(be_, d, ViewFinal<const float>(wbuf_, d), wemb_,
+                                              xs_ + NC * d.L, d_targets_, h, B, T));
+      ZINF_RETURN_IF_ERROR(be_.Zero(gemb_, d.UnitParams(0)));
+      ZINF_RETURN_IF_ERROR(HeadBackward<float>(be_, d, ViewFinal<const float>(wbuf_, d),
+                                               ViewFinal(gbuf_, d), wemb_, gemb_, xs_ + NC * d.L,
+                                               d_targets_, h, dres_, 1.0f, B, T));
+      for (int l = d.L - 1; l >= 0; --l) {
+        ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, w, xs_ + NC * l, xs_ + NC * (l + 1), a,
+                                                 scratch_, B, T));
+        ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(d.L > 0 ? 1 : 0)));
+        ZINF_RETURN_IF_ERROR(BlockBackward<float>(be_, d, w, ViewBlock(gbuf_, d), xs_ + NC * l, a,
+                                                  dres_, scratch_, B, T));
+      }
+      ZINF_RETURN_IF_ERROR(EmbeddingBackward<float>(be_, d, ViewEmbedding(gemb_, d), d_tokens_,
+                                                    dres_, B, T));
+      ZINF_RETURN_IF_ERROR(be_.Synchronize());
+    }
+    return Since(t0);
+  };
+  // Timed kComputeRepeats times; the median is the bound (one sample on a shared machine
+  // swings by tens of percent).
+  constexpr int kComputeRepeats = 3;
+  std::vector<double> compute_times;
+  for (int rep = 0; rep < kComputeRepeats; ++rep) {
+    ZINF_ASSIGN_OR_RETURN(double t, time_compute());
+    compute_times.push_back(t);
+  }
+  std::sort(compute_times.begin(), compute_times.end());
+  b.compute_seconds = compute_times[kComputeRepeats / 2];
+
+  // NVMe alone: the optimizer state's extents (or the 16-bit weights' when the optimizer state
+  // is in memory), read and then written back unchanged, one unit at a time at full depth.
+  if (rt_.swap != nullptr) {
+    std::vector<offload::Extent> extents;
+    for (const auto& ou : opt_units_) {
+      for (const offload::Extent* e : {&ou.master, &ou.exp_avg, &ou.exp_avg_sq, &ou.param16}) {
+        if (e->bytes > 0) extents.push_back(*e);
+      }
+    }
+    uint64_t max_bytes = 0, total = 0;
+    for (const auto& e : extents) {
+      max_bytes = std::max(max_bytes, rt_.swap->Padded(e.bytes));
+      total += rt_.swap->Padded(e.bytes);
+    }
+    ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(max_bytes, 4096));
+    double read_s = 0, write_s = 0;
+    for (const auto& e : extents) {
+      const uint64_t n = rt_.swap->Padded(e.bytes);
+      auto r0 = Clock::now();
+      ZINF_RETURN_IF_ERROR(rt_.swap->engine().Read(rt_.swap->file(), e.offset, buf.data(), n));
+      read_s += Since(r0);
+      auto w0 = Clock::now();
+      ZINF_RETURN_IF_ERROR(rt_.swap->engine().Write(rt_.swap->file(), e.offset, buf.data(), n));
+      write_s += Since(w0);
+    }
+    if (read_s > 0) b.read_gbps = static_cast<double>(total) / read_s / 1e9;
+    if (write_s > 0) b.write_gbps = static_cast<double>(total) / write_s / 1e9;
+  }
+
+  // Adam alone, over scratch state of each unit's size in memory.
+  const uint64_t max_n = d.MaxUnitParams();
+  std::vector<float> p(max_n, 0.01f), g(max_n, 1e-3f), m(max_n, 0.0f), v(max_n, 0.0f);
+  // 16-bit gradients when the shards hold them: 0x3a83 is ~1e-3 in bf16 (~0.81 in fp16; only
+  // the time is measured).
+  std::vector<uint16_t> p16(max_n), g16(max_n, 0x3a83);
+  const void* grads = GradType() == kernels::DType::kF32 ? static_cast<const void*>(g.data())
+                                                         : g16.data();
+  kernels::AdamHyper hyper;
+  hyper.adamw = true;
+  auto a0 = Clock::now();
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    kernels::AdamBuffers ab{p.data(), grads, GradType(), m.data(), v.data(),
+                            kernels::DType::kF32, p16.data(), options_.param16_type,
+                            d.UnitParams(u)};
+    ZINF_RETURN_IF_ERROR(kernels::AdamStep(hyper, ab, options_.adam).status());
+  }
+  b.adam_seconds = Since(a0);
+  return b;
+}
+
+}  // namespace zinf::train

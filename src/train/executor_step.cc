@@ -1,0 +1,207 @@
+#include "src/train/executor.h"
+
+// The layer executor's step: fetching weights, forward, backward and the gradient hand-over.
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "io/aligned_buffer.h"
+#include "kernels/cpu/cast.h"
+#include "src/base/units.h"
+#include "src/train/executor_internal.h"
+
+namespace zinf::train {
+
+using namespace detail;  // NOLINT: the executor's own helpers
+
+Status LayerExecutor::FetchWeights(uint32_t unit, float* dst) {
+  offload::TierManager& tm = *rt_.tiers;
+  WaitUnitWritten(unit);
+  auto t0 = Clock::now();
+  ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16_[unit], Tier::kDevice));
+  // No host wait for the copy itself: the widening waits for the h2d on the compute stream (the
+  // CPU backend, which computes on this thread, waits here).
+  auto ready = lease.WaitEnqueued();
+  Status s = ready.status();
+  if (s.ok()) s = ComputeWaits(ready->event);
+  stats_.stall_seconds += Since(t0);
+  if (s.ok()) s = be_.Widen(dst, ready->ptr, options_.param16_type, dims_.UnitParams(unit));
+  // The copy may be evicted once the widening has read it: its event goes with the release.
+  Result<Event> used = s.ok() ? ComputeDone() : Result<Event>(s);
+  if (!used.ok()) s = used.status();
+  Status r = tm.Release(std::move(lease), false, used.ok() ? *used : Event());
+  ZINF_RETURN_IF_ERROR(s);
+  return r;
+}
+
+Status LayerExecutor::Upload(const int32_t* tokens, const int32_t* targets) {
+  const uint64_t N = static_cast<uint64_t>(batch_) * seq_;
+  for (uint64_t i = 0; i < N; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= dims_.V || targets[i] < 0 || targets[i] >= dims_.V) {
+      return InvalidArgument(fmt::format("token {} at position {} is outside the vocabulary 0..{}",
+                                         tokens[i] < 0 || tokens[i] >= dims_.V ? tokens[i] : targets[i],
+                                         i, dims_.V - 1));
+    }
+  }
+  ZINF_RETURN_IF_ERROR(rt_.device->BindCurrentThread());
+  // host_io_ is free: the previous micro-batch's loss read-back synchronized the stream.
+  auto* h = static_cast<int32_t*>(host_io_);
+  std::memcpy(h, tokens, 4 * N);
+  std::memcpy(h + N, targets, 4 * N);
+  ZINF_RETURN_IF_ERROR(rt_.device->CopyToDevice(compute_, d_tokens_, h, 8 * N));
+  // The CUDA backend's kernels follow the copy on its stream; the CPU backend waits here.
+  ZINF_ASSIGN_OR_RETURN(Event uploaded, rt_.device->Record(compute_));
+  return ComputeWaits(be_.RunsOnCallingThread() ? uploaded : Event());
+}
+
+Result<double> LayerExecutor::ForwardAll() {
+  const GptDims& d = dims_;
+  const int B = batch_, T = seq_;
+  const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
+  const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
+  const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
+  ZINF_RETURN_IF_ERROR(FetchWeights(0, wemb_));
+  auto t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(EmbeddingForward<float>(be_, d, ViewEmbedding<const float>(wemb_, d),
+                                               d_tokens_, xs_, B, T));
+  stats_.compute_seconds += Since(t0);
+  for (int l = 0; l < d.L; ++l) {
+    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_));
+    t0 = Clock::now();
+    ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, ViewBlock<const float>(wbuf_, d),
+                                             xs_ + NC * l, xs_ + NC * (l + 1), a, scratch_, B, T));
+    stats_.compute_seconds += Since(t0);  // the time to enqueue it on a GPU
+  }
+  ZINF_RETURN_IF_ERROR(FetchWeights(d.final_unit(), wbuf_));
+  t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(HeadForward<float>(be_, d, ViewFinal<const float>(wbuf_, d), wemb_,
+                                          xs_ + NC * d.L, d_targets_, h, B, T));
+  // The mean loss, summed on the host in a fixed order.
+  const uint64_t N = static_cast<uint64_t>(B) * T;
+  float* losses = reinterpret_cast<float*>(static_cast<int32_t*>(host_io_) + 2 * N);
+  ZINF_RETURN_IF_ERROR(be_.Synchronize());
+  ZINF_RETURN_IF_ERROR(rt_.device->CopyToHost(compute_, losses, h.losses, 4 * N));
+  ZINF_RETURN_IF_ERROR(rt_.device->StreamSynchronize(compute_));
+  stats_.compute_seconds += Since(t0);
+  double sum = 0;
+  for (uint64_t i = 0; i < N; ++i) sum += losses[i];
+  return sum / static_cast<double>(N);
+}
+
+Status LayerExecutor::HandOverGrad(uint32_t unit, const float* grad, float scale, bool first,
+                                   bool last) {
+  auto t0 = Clock::now();
+  const uint64_t n = dims_.UnitParams(unit);
+  // The buffer is reused once the copy of the previous unit's gradient has read it.
+  ZINF_RETURN_IF_ERROR(ComputeWaits(g16_free_));
+  ZINF_RETURN_IF_ERROR(be_.Narrow(g16_, grad, options_.param16_type, n));
+  ZINF_ASSIGN_OR_RETURN(Event produced, ComputeDone());
+  ZINF_ASSIGN_OR_RETURN(g16_free_,
+                        accumulator_->Submit({.shard = grad_[unit], .device_grad = g16_,
+                                              .type = options_.param16_type, .n = n,
+                                              .scale = scale, .first = first,
+                                              .sum_squares = last, .produced = produced}));
+  stats_.grad_seconds += Since(t0);
+  return Status::Ok();
+}
+
+Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
+                                                        const int32_t* targets, float loss_scale,
+                                                        float accumulate_scale, bool first,
+                                                        bool last,
+                                                        const kernels::AdamHyper* overlap) {
+  if (overlap != nullptr && !last) {
+    return InvalidArgument("ForwardBackward: the optimizer overlaps only the last micro-batch");
+  }
+  if (options_.micro_batches == 1 && !(first && last)) {
+    return InvalidArgument("ForwardBackward: an executor made for one micro-batch a step "
+                           "(ExecutorOptions::micro_batches) takes first and last together");
+  }
+  const GptDims& d = dims_;
+  const int B = batch_, T = seq_;
+  const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
+  ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
+  MicroBatchResult r;
+  ZINF_ASSIGN_OR_RETURN(r.loss, ForwardAll());
+  // The previous optimizer step has read its gradients before the shards are overwritten.
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+
+  // With overlap, a unit whose gradients are final is updated right after the next unit's
+  // backward is enqueued (on a GPU the two then run at once).
+  int64_t pending = -1;
+  auto hand_over = [&](uint32_t unit, const float* grad) -> Status {
+    ZINF_RETURN_IF_ERROR(HandOverGrad(unit, grad, accumulate_scale, first, last));
+    if (overlap != nullptr) pending = unit;
+    return Status::Ok();
+  };
+  auto step_pending = [&]() -> Status {
+    if (pending < 0) return Status::Ok();
+    const auto unit = static_cast<uint32_t>(pending);
+    pending = -1;
+    // The unit's gradients are final (its hand-over done) and finite before it is updated.
+    ZINF_ASSIGN_OR_RETURN(auto so_far, accumulator_->WaitIdle());
+    if (!so_far.finite) {
+      return Aborted(fmt::format("non-finite gradients in {} with zinf.overlap_adam: the units "
+                                 "after it in backward order are already updated",
+                                 d.UnitName(unit)));
+    }
+    return StepUnit(unit, *overlap, &r.optimizer);
+  };
+
+  const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
+  const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
+  const uint32_t fin = d.final_unit();
+  // Head: the final unit's weights are still in wbuf_ from the forward; the embedding's in wemb_.
+  auto t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(be_.Zero(gemb_, d.UnitParams(0)));
+  ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(fin)));
+  ZINF_RETURN_IF_ERROR(HeadBackward<float>(be_, d, ViewFinal<const float>(wbuf_, d),
+                                           ViewFinal(gbuf_, d), wemb_, gemb_, xs_ + NC * d.L,
+                                           d_targets_, h, dres_, loss_scale, B, T));
+  stats_.compute_seconds += Since(t0);
+  ZINF_RETURN_IF_ERROR(hand_over(fin, gbuf_));
+  for (int l = d.L - 1; l >= 0; --l) {
+    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_));
+    t0 = Clock::now();
+    const BlockView<const float> w = ViewBlock<const float>(wbuf_, d);
+    // Recompute the block's activations from its checkpointed input (the output lands in the
+    // next block's input slot, no longer needed), then its backward.
+    ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, w, xs_ + NC * l, xs_ + NC * (l + 1), a,
+                                             scratch_, B, T));
+    ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(l + 1)));
+    ZINF_RETURN_IF_ERROR(BlockBackward<float>(be_, d, w, ViewBlock(gbuf_, d), xs_ + NC * l, a,
+                                              dres_, scratch_, B, T));
+    stats_.compute_seconds += Since(t0);
+    ZINF_RETURN_IF_ERROR(step_pending());
+    ZINF_RETURN_IF_ERROR(hand_over(l + 1, gbuf_));
+  }
+  t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(EmbeddingBackward<float>(be_, d, ViewEmbedding(gemb_, d), d_tokens_, dres_,
+                                                B, T));
+  stats_.compute_seconds += Since(t0);
+  ZINF_RETURN_IF_ERROR(step_pending());
+  ZINF_RETURN_IF_ERROR(hand_over(0, gemb_));
+  ZINF_RETURN_IF_ERROR(step_pending());
+  // Every hand-over done: whether all gradients were finite, and the step's Σ g² (summed in
+  // backward order, as the hand-overs ran).
+  auto t_wait = Clock::now();
+  ZINF_ASSIGN_OR_RETURN(auto totals, accumulator_->Finish());
+  stats_.grad_seconds += Since(t_wait);
+  r.finite = totals.finite;
+  if (last) grad_sum_squares_ = totals.sum_squares;
+  stats_.grad_d2h_bytes = accumulator_->d2h_bytes();
+  stats_.adam_seconds += r.optimizer.adam_seconds;
+  return r;
+}
+
+Result<double> LayerExecutor::Evaluate(const int32_t* tokens, const int32_t* targets) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
+  rt_.tiers->PauseTrace(true);  // not part of the training step's access order
+  auto loss = ForwardAll();
+  rt_.tiers->PauseTrace(false);
+  return loss;
+}
+
+}  // namespace zinf::train
