@@ -1,5 +1,7 @@
 #include "offload/optimizer_pipeline.h"
 
+#include "src/base/hash.h"
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -65,6 +67,8 @@ OptimizerPipeline::~OptimizerPipeline() {
 
 namespace {
 
+constexpr const char* kStateRoleNames[kStateRoles] = {"master", "exp_avg", "exp_avg_sq"};
+
 // Shared between the computing thread and the engine's reaper thread.
 struct StepState {
   std::mutex mu;
@@ -81,7 +85,8 @@ struct StepState {
 Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit> units,
                                                    const kernels::AdamHyper& hyper,
                                                    const std::function<void(size_t)>* on_unit_written,
-                                                   const UpdatedFn* on_unit_updated) {
+                                                   const UpdatedFn* on_unit_updated,
+                                                   StepHashing* hashing) {
   const size_t count = units.size();
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUnit& u = units[i];
@@ -104,12 +109,18 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
                         kernels::DTypeName(u.grad_type)));
       }
     }
+    auto out_ok = [&u](const Extent& e) { return e.bytes == 0 || e.bytes == 4 * u.n; };
     if (u.master.bytes != 4 * u.n || u.exp_avg.bytes != 4 * u.n || u.exp_avg_sq.bytes != 4 * u.n ||
-        (u.param16.bytes != 0 && u.param16.bytes != 2 * u.n)) {
+        (u.param16.bytes != 0 && u.param16.bytes != 2 * u.n) || !out_ok(u.master_out) ||
+        !out_ok(u.exp_avg_out) || !out_ok(u.exp_avg_sq_out)) {
       return InvalidArgument(fmt::format(
-          "optimizer unit {}: extents must hold 4n bytes (master, exp_avg, exp_avg_sq) and 2n "
-          "or 0 bytes (param16) for n = {}", i, u.n));
+          "optimizer unit {}: extents must hold 4n bytes (master, exp_avg, exp_avg_sq, and their "
+          "outputs when given) and 2n or 0 bytes (param16) for n = {}", i, u.n));
     }
+  }
+  if (hashing != nullptr && !hashing->expected.empty() && hashing->expected.size() != count) {
+    return InvalidArgument(fmt::format("optimizer step: {} expected hashes for {} units",
+                                       hashing->expected.size(), count));
   }
   io::Engine& engine = swap_.engine();
   const io::FileId file = swap_.file();
@@ -172,6 +183,7 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     }
   };
 
+  if (hashing != nullptr && hashing->compute) hashing->written.assign(count, StateHashes{});
   const auto t0 = Clock::now();
   {
     std::lock_guard lock(st.mu);
@@ -219,6 +231,24 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       stats.read_wait_seconds += std::chrono::duration<double>(Clock::now() - w0).count();
       if (!st.error.ok()) break;
     }
+    const std::pair<const Extent*, uint64_t> state_parts[kStateRoles] = {
+        {&u.master, l.master}, {&u.exp_avg, l.exp_avg}, {&u.exp_avg_sq, l.exp_avg_sq}};
+    if (hashing != nullptr && !hashing->expected.empty()) {
+      // The state as read, before anything of the unit is written: a mismatch never trains on.
+      auto h0 = Clock::now();
+      for (int r = 0; r < kStateRoles && failure.ok(); ++r) {
+        const uint64_t got = Xxh64(slab + state_parts[r].second, 4 * u.n);
+        if (got != hashing->expected[i][r]) {
+          failure = DataLoss(fmt::format(
+              "optimizer unit {}: its {} as read from the swap file (offset {}, {} bytes) has "
+              "xxHash64 {}, but {} was written there: the data is corrupt",
+              i, kStateRoleNames[r], state_parts[r].first->offset, 4 * u.n, Xxh64Hex(got),
+              Xxh64Hex(hashing->expected[i][r])));
+        }
+      }
+      stats.hash_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
+      if (!failure.ok()) break;
+    }
     kernels::AdamBuffers b;
     b.param = reinterpret_cast<float*>(slab + l.master);
     b.grad = grad;
@@ -256,11 +286,22 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       failure = info.status().WithContext(fmt::format("optimizer unit {}", i));
       break;
     }
+    if (hashing != nullptr && hashing->compute) {
+      auto h0 = Clock::now();
+      for (int r = 0; r < kStateRoles; ++r) {
+        hashing->written[i][r] = Xxh64(slab + state_parts[r].second, 4 * u.n);
+      }
+      stats.hash_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
+    }
     std::lock_guard lock(st.mu);
-    const std::pair<const Extent*, uint64_t> parts[4] = {{&u.master, l.master},
-                                                         {&u.exp_avg, l.exp_avg},
-                                                         {&u.exp_avg_sq, l.exp_avg_sq},
-                                                         {&u.param16, l.param16}};
+    auto out = [](const Extent& written, const Extent& read) {
+      return written.bytes != 0 ? &written : &read;
+    };
+    const std::pair<const Extent*, uint64_t> parts[4] = {
+        {out(u.master_out, u.master), l.master},
+        {out(u.exp_avg_out, u.exp_avg), l.exp_avg},
+        {out(u.exp_avg_sq_out, u.exp_avg_sq), l.exp_avg_sq},
+        {&u.param16, l.param16}};
     for (auto [ext, off] : parts) {
       if (ext->bytes == 0) continue;
       uint64_t len = ext == &u.param16 ? l.param16_bytes : l.state_bytes;

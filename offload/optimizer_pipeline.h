@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <array>
 #include <optional>
 #include <span>
 #include <vector>
@@ -35,9 +36,17 @@
 
 namespace zinf::offload {
 
+// The fp32 optimizer state of one unit, by role.
+enum StateRole : int { kMasterState = 0, kExpAvgState = 1, kExpAvgSqState = 2 };
+inline constexpr int kStateRoles = 3;
+using StateHashes = std::array<uint64_t, kStateRoles>;  // xxHash64 of each role's 4n bytes
+
 struct OptimizerUnit {
   uint64_t n = 0;                        // elements
-  Extent master, exp_avg, exp_avg_sq;    // fp32, 4n bytes each, in the swap space
+  Extent master, exp_avg, exp_avg_sq;    // fp32, 4n bytes each, in the swap space: read
+  // Where the new state is written; bytes == 0: where it was read (in place). A checkpoint's
+  // extents stay untouched while the next step writes the other generation.
+  Extent master_out, exp_avg_out, exp_avg_sq_out;
   Extent param16;                        // 2n bytes; bytes == 0: no 16-bit copy written home
   const void* grad = nullptr;            // (n) host memory, grad_type; or:
   std::optional<ShardId> grad_shard;     // gradient shard (n grad_type values) of the
@@ -58,11 +67,22 @@ struct OptimizerPipelineOptions {
   bool untraced_grads = false;
 };
 
+// Integrity of one Step's state, unit by unit (indexes of the units span).
+struct StepHashing {
+  // Each unit's state as read must have these hashes (DataLoss naming the unit, the role, the
+  // extent and both hashes otherwise, before anything of that unit is written). Empty: no check.
+  std::vector<StateHashes> expected;
+  // Fill `written` with the hashes of each unit's new state (computed before its writes).
+  bool compute = false;
+  std::vector<StateHashes> written;
+};
+
 struct OptimizerStepStats {
   unsigned units = 0;
   double seconds = 0;
   double adam_seconds = 0;       // CPU busy in Adam
   double read_wait_seconds = 0;  // CPU idle waiting for a unit's reads (the stall)
+  double hash_seconds = 0;       // checking and computing StepHashing's xxHash64
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
 };
@@ -88,7 +108,8 @@ class OptimizerPipeline {
   Result<OptimizerStepStats> Step(std::span<const OptimizerUnit> units,
                                   const kernels::AdamHyper& hyper,
                                   const std::function<void(size_t)>* on_unit_written = nullptr,
-                                  const UpdatedFn* on_unit_updated = nullptr);
+                                  const UpdatedFn* on_unit_updated = nullptr,
+                                  StepHashing* hashing = nullptr);
 
   uint64_t slab_bytes() const { return slab_bytes_; }
   // The bytes of one slab for units of up to max_unit_elems, their parts padded to `align` (the

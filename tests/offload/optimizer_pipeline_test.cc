@@ -11,10 +11,12 @@
 #include <random>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "io/aligned_buffer.h"
 #include "io/fault_backend.h"
+#include "src/base/hash.h"
 #include "tests/test_util.h"
 
 namespace zinf::offload {
@@ -265,6 +267,82 @@ TEST(OptimizerPipelineCreateTest, RefusesSlabsThatDoNotFitTheBudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Depths, OptimizerPipelineTest, ::testing::Values(1u, 2u, 3u, 4u));
+
+}  // namespace
+}  // namespace zinf::offload
+
+namespace zinf::offload {
+namespace {
+
+// Two generations: the step reads one set of extents and writes another (a checkpoint's extents
+// stay untouched), computing the xxHash64 of each unit's new state; the next step reads the new
+// generation and checks those hashes; a flipped byte in it is caught before the unit is written.
+TEST_P(OptimizerPipelineTest, WritesTheOtherGenerationHashesItAndChecksItOnTheWayBack) {
+  io::FaultInjectingBackend* faults = nullptr;
+  BuildWithFaults(&faults);
+  if (HasFatalFailure()) return;
+  OptimizerPipelineOptions o;
+  o.depth = GetParam();
+  auto pipe = OptimizerPipeline::Create(*space_, *pool_, 200000, o);
+  ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
+  // Generation 1: fresh extents for every unit's fp32 state.
+  std::vector<OptimizerUnit> next = units_;
+  for (auto& u : next) {
+    u.master_out = *space_->Allocate(4 * u.n);
+    u.exp_avg_out = *space_->Allocate(4 * u.n);
+    u.exp_avg_sq_out = *space_->Allocate(4 * u.n);
+  }
+  std::vector<std::vector<uint8_t>> before;
+  for (const auto& u : units_) before.push_back(ReadHome(u.master));
+  kernels::AdamHyper h;
+  h.lr = 1e-2f;
+  h.step = 1;
+  StepHashing hashing;
+  hashing.compute = true;
+  auto stats = (*pipe)->Step(next, h, nullptr, nullptr, &hashing);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_EQ(hashing.written.size(), units_.size());
+  for (size_t k = 0; k < units_.size(); ++k) {
+    EXPECT_EQ(ReadHome(units_[k].master), before[k]) << "generation 0 was written: unit " << k;
+    const auto m = ReadHome(next[k].master_out), v = ReadHome(next[k].exp_avg_sq_out);
+    EXPECT_EQ(hashing.written[k][kMasterState], Xxh64(m.data(), m.size())) << k;
+    EXPECT_EQ(hashing.written[k][kExpAvgSqState], Xxh64(v.data(), v.size())) << k;
+    EXPECT_NE(ReadHome(next[k].master_out), before[k]) << "the step changed nothing: unit " << k;
+  }
+  // Step 2 reads generation 1 and checks it against the hashes of step 1.
+  std::vector<OptimizerUnit> back = units_;
+  for (size_t k = 0; k < units_.size(); ++k) {
+    back[k].master = next[k].master_out;
+    back[k].exp_avg = next[k].exp_avg_out;
+    back[k].exp_avg_sq = next[k].exp_avg_sq_out;
+  }
+  StepHashing check;
+  check.expected = hashing.written;
+  h.step = 2;
+  auto again = (*pipe)->Step(back, h, nullptr, nullptr, &check);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_GT(again->hash_seconds, 0);
+  // A flipped byte in unit 3's exp_avg: refused before unit 3 writes anything.
+  check.expected.assign(units_.size(), {});
+  StepHashing fresh;
+  fresh.compute = true;
+  h.step = 3;
+  ASSERT_TRUE((*pipe)->Step(back, h, nullptr, nullptr, &fresh).ok());
+  auto v = ReadHome(back[3].exp_avg);
+  v[100] ^= 0x40;
+  ASSERT_TRUE(WriteHome(back[3].exp_avg, v.data()).ok());
+  const auto master3 = ReadHome(back[3].master);
+  check.expected = fresh.written;
+  h.step = 4;
+  auto bad = (*pipe)->Step(back, h, nullptr, nullptr, &check);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("optimizer unit 3: its exp_avg"), std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find(fmt::format("offset {}", back[3].exp_avg.offset)),
+            std::string::npos) << bad.status().message();
+  EXPECT_EQ(ReadHome(back[3].master), master3) << "unit 3 was written after the mismatch";
+}
 
 }  // namespace
 }  // namespace zinf::offload
