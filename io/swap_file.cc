@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <filesystem>
 
@@ -35,11 +37,28 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const SwapFileOptions& o) {
   for (size_t i = 0; i < n; ++i) {
     std::string path = (fs::path(o.dirs[i]) / (n > 1 ? fmt::format("{}.{}", o.name, i)
                                                       : o.name)).string();
-    auto f = File::Open(path, File::Options{.create = true, .direct = o.direct});
+    if (o.keep_contents && !fs::exists(fs::symlink_status(path))) {
+      return NotFound(fmt::format(
+          "swap file {} does not exist: the checkpoint being resumed keeps its optimizer state "
+          "there (was the swap directory emptied, or zinf.offload_optimizer.nvme_path changed?)",
+          path));
+    }
+    auto f = File::Open(path, File::Options{.create = !o.keep_contents, .direct = o.direct,
+                                            .only_own = o.keep_contents});
     if (!f.ok()) return f.status();
-    // One process per swap file: a second run on the same directory would corrupt both.
-    if (::flock((*f)->fd(), LOCK_EX | LOCK_NB) != 0) {
-      const int e = errno;
+    // One process per swap file: a second run on the same directory would corrupt both. A
+    // process killed a moment ago may still hold the lock: the kernel tears its io_uring down
+    // (and with it the ring's reference to the file) asynchronously after the exit, so a lock
+    // held by someone is retried for lock_wait_ms before it is taken as another run's.
+    int e = 0;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.lock_wait_ms);
+    while (::flock((*f)->fd(), LOCK_EX | LOCK_NB) != 0) {
+      e = errno;
+      if (e != EWOULDBLOCK || std::chrono::steady_clock::now() >= give_up) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      e = 0;
+    }
+    if (e != 0) {
       return e == EWOULDBLOCK
                  ? FailedPrecondition(fmt::format("swap file {} is in use by another process; "
                                                   "give each run its own swap directory", path))
@@ -47,7 +66,7 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const SwapFileOptions& o) {
     }
     // A swap file starts empty (what a crashed run left is discarded), so after preallocation
     // every byte reads as zero.
-    if (::ftruncate((*f)->fd(), 0) != 0) {
+    if (!o.keep_contents && ::ftruncate((*f)->fd(), 0) != 0) {
       return Status::FromErrno(errno, "truncate swap file " + path);
     }
     swap->offset_align_ = std::max(swap->offset_align_, (*f)->alignment().offset);
@@ -68,9 +87,35 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const SwapFileOptions& o) {
     member_bytes = (units + n - 1) / n * o.stripe_bytes;
   }
   for (auto& m : swap->members_) {
+    if (o.keep_contents) {
+      ZINF_ASSIGN_OR_RETURN(uint64_t have, m->Size());
+      if (have != member_bytes) {
+        return FailedPrecondition(fmt::format(
+            "swap file {} holds {} bytes, this configuration gives it {}: the swap settings "
+            "(zinf.offload_optimizer, zinf.offload_param, the model) differ from the run that "
+            "wrote the checkpoint", m->path(), have, member_bytes));
+      }
+    }
     ZINF_RETURN_IF_ERROR(m->Preallocate(member_bytes));
   }
   return swap;
+}
+
+Status SwapFile::Sync() const {
+  for (auto& m : members_) {
+    if (::fdatasync(m->fd()) != 0) return Status::FromErrno(errno, "fdatasync " + m->path());
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> SwapFile::Paths() const {
+  std::vector<std::string> out;
+  for (auto& m : members_) {
+    std::error_code ec;
+    fs::path p = fs::weakly_canonical(fs::absolute(m->path()), ec);
+    out.push_back(ec ? fs::absolute(m->path()).lexically_normal().string() : p.string());
+  }
+  return out;
 }
 
 SwapFile::~SwapFile() {

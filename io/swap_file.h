@@ -12,8 +12,10 @@
 // to another file, another user's file, a directory) is refused with FailedPrecondition naming
 // the path and why, and left untouched. Each member is locked (flock) for the life of the
 // SwapFile: a second process on the same path is refused (FailedPrecondition) instead of
-// corrupting the first. With remove_on_close the files are unlinked when the SwapFile is
-// destroyed.
+// corrupting the first, after the lock was retried for lock_wait_ms (a process killed a
+// moment ago holds it until the kernel has torn its io_uring down). With remove_on_close the files are unlinked when the SwapFile is
+// destroyed. With keep_contents (a resume) the files must already be there, pass the same
+// ownership checks and have exactly the member size; nothing is truncated.
 //
 // Thread-safety: immutable after Create; Layout() may be called from any thread.
 #pragma once
@@ -38,6 +40,12 @@ struct SwapFileOptions {
   uint64_t stripe_bytes = kDefaultStripeBytes;
   bool direct = true;
   bool remove_on_close = true;
+  // Reopen what a previous run left (a resume from a checkpoint naming extents of it): the
+  // files must exist with exactly the size this configuration gives them (NotFound or
+  // FailedPrecondition naming the path and both sizes otherwise); their contents are kept.
+  bool keep_contents = false;
+  // How long a lock held by someone else is retried before the file is taken as another run's.
+  uint32_t lock_wait_ms = 5000;
 };
 
 class SwapFile {
@@ -55,6 +63,11 @@ class SwapFile {
   const std::vector<std::unique_ptr<File>>& members() const { return members_; }
   uint32_t offset_align() const { return offset_align_; }
   uint32_t mem_align() const { return mem_align_; }
+  // Makes every completed write durable (fdatasync of each member): a checkpoint's manifest may
+  // then name the extents. Thread-safe.
+  Status Sync() const;
+  // The members' absolute paths (symlinks in the directories resolved).
+  std::vector<std::string> Paths() const;
 
  private:
   SwapFile() = default;

@@ -43,6 +43,9 @@ class SwapSpace {
   // Rounds bytes up to what a transfer of this shard must cover (the O_DIRECT alignment).
   uint64_t Padded(uint64_t bytes) const;
   const io::SwapFile& swap_file() const { return *swap_; }
+  // io::SwapFile::Sync and Paths.
+  Status Sync() const { return swap_->Sync(); }
+  std::vector<std::string> Paths() const { return swap_->Paths(); }
 
  private:
   SwapSpace(io::Engine& e) : engine_(e) {}

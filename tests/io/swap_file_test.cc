@@ -105,12 +105,50 @@ TEST(SwapFileTest, ASecondProcessOnTheSamePathIsRefused) {
   zinf::testing::TempDir dir;
   auto first = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false});
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  auto second = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false});
+  auto second = SwapFile::Create(
+      {.dirs = {dir.path()}, .size = 1 << 20, .direct = false, .lock_wait_ms = 100});
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(second.status().message().find("in use"), std::string::npos);
   first->reset();
   EXPECT_TRUE(SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false}).ok());
+}
+
+// A checkpoint names extents of the swap file: kept at close, reopened with its contents, only
+// at exactly the size the run gives it.
+TEST(SwapFileTest, KeptContentsAreReopenedWhole) {
+  zinf::testing::TempDir dir;
+  const std::string path = dir / "zinf.swap";
+  const std::string data(4096, '\x5a');
+  {
+    auto s = SwapFile::Create(
+        {.dirs = {dir.path()}, .size = 1 << 20, .direct = false, .remove_on_close = false});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_EQ(::pwrite((*s)->members()[0]->fd(), data.data(), data.size(), 8192),
+              static_cast<ssize_t>(data.size()));
+    ASSERT_TRUE((*s)->Sync().ok());
+  }
+  ASSERT_TRUE(std::filesystem::exists(path)) << "remove_on_close = false keeps the file";
+  {
+    auto s = SwapFile::Create({.dirs = {dir.path()}, .size = 1 << 20, .direct = false,
+                               .remove_on_close = false, .keep_contents = true});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    std::string back(data.size(), '\0');
+    ASSERT_EQ(::pread((*s)->members()[0]->fd(), back.data(), back.size(), 8192),
+              static_cast<ssize_t>(back.size()));
+    EXPECT_EQ(back, data);
+    EXPECT_EQ((*s)->Paths(), std::vector<std::string>{std::filesystem::weakly_canonical(path)});
+  }
+  auto other_size = SwapFile::Create(
+      {.dirs = {dir.path()}, .size = 2 << 20, .direct = false, .keep_contents = true});
+  ASSERT_FALSE(other_size.ok());
+  EXPECT_NE(other_size.status().message().find(path), std::string::npos)
+      << other_size.status().ToString();
+  zinf::testing::TempDir empty;
+  auto missing = SwapFile::Create(
+      {.dirs = {empty.path()}, .size = 1 << 20, .direct = false, .keep_contents = true});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
 // What a crashed run left in the file is gone: a new swap file reads as zeros.
