@@ -41,6 +41,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -73,6 +74,8 @@ struct EngineOptions {
   // are retried, with backoff, before the pieces not taken are withdrawn and their requests
   // fail (0: they fail at the first refusal).
   unsigned submit_timeout_ms = 10000;
+  // Wraps the backend chosen (tests: a FaultInjectingBackend under a whole training run).
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
 };
 
 // One file of a (possibly striped) set, opened by the caller (see io/file.h).

@@ -93,6 +93,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
 
 std::unique_ptr<Engine> Engine::WithBackend(std::unique_ptr<Backend> backend,
                                             const EngineOptions& options) {
+  if (options.wrap_backend) backend = options.wrap_backend(std::move(backend));
   return std::unique_ptr<Engine>(new Engine(std::move(backend), options));
 }
 

@@ -60,12 +60,15 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
     std::vector<std::string> dirs = c.zinf.stripe_paths;
     if (dirs.empty()) dirs.push_back(c.SwapDir());
     ZINF_ASSIGN_OR_RETURN(io::EngineOptions eo, EngineOptionsFromConfig(c));
+    eo.wrap_backend = options.wrap_backend;
     auto engine = io::Engine::Create(eo);
     if (!engine.ok()) return engine.status().WithContext(c.source + ": aio");
     rt->engine = std::move(engine).value();
     auto swap = offload::SwapSpace::Create(
         *rt->engine, {.dirs = dirs, .size = options.swap_bytes,
-                      .stripe_bytes = c.zinf.stripe_bytes});
+                      .stripe_bytes = c.zinf.stripe_bytes,
+                      .remove_on_close = !options.keep_swap_files,
+                      .keep_contents = options.reuse_swap_files});
     if (!swap.ok()) {
       return swap.status().WithContext(c.source + (c.zinf.stripe_paths.empty()
                                                        ? ": the offload nvme_path"

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "io/engine.h"
@@ -43,6 +44,12 @@ struct RuntimeOptions {
   Tracer* tracer = nullptr;
   DeviceKind device_kind = DeviceKind::kAuto;  // `zinf train --device`
   double h2d_gbps = 0;  // host-emulated device: link rate per direction (0 = memcpy speed)
+  // Checkpoints naming extents of the swap file: it outlives the process (keep), and a resume
+  // reopens it with its contents (reuse; io/swap_file.h keep_contents).
+  bool keep_swap_files = false;
+  bool reuse_swap_files = false;
+  // Tests: wraps the I/O backend (io::EngineOptions::wrap_backend), e.g. to inject faults.
+  std::function<std::unique_ptr<io::Backend>(std::unique_ptr<io::Backend>)> wrap_backend;
 };
 
 // The most pinned memory an automatic budget takes: a quarter of the memory available now, at
