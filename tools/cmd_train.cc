@@ -20,7 +20,13 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
-void OnInterrupt(int) { g_stop.store(true); }
+// The first SIGINT or SIGTERM asks for a stop; both go back to their default action, so a second
+// one of either kills at once (signal() is async-signal-safe).
+void OnInterrupt(int) {
+  g_stop.store(true);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+}
 
 // A finite number >= 0 (CLI::NonNegativeNumber's message would print DBL_MAX as its bound).
 const CLI::Validator kNonNegative(
@@ -62,6 +68,27 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
   o.data_format = *train::ParseDataFormat(a.data_format);
   o.synthetic_bytes = a.synthetic_bytes;
   o.eval_every = a.eval_every;
+  // A resume runs to the total its checkpoint's run was asked for and reads the same data,
+  // unless flags say otherwise (the data is then checked against the checkpoint's).
+  if (const auto& run = cfg->resumed_run) {
+    const auto unset = [&](const char* flag) { return cmd.count(flag) == 0; };
+    if (unset("--steps")) o.steps = run->steps_total;
+    if (unset("--data") && unset("--val-data") && unset("--data-format") &&
+        unset("--synthetic-bytes")) {
+      o.data_path = run->data;
+      o.val_data_path = run->val_data;
+      auto format = train::ParseDataFormat(run->data_format);
+      if (!format.ok()) {
+        fmt::print(stderr, "zinf train: --resume: {}\n", format.status().ToString());
+        return 2;
+      }
+      o.data_format = *format;
+      o.synthetic_bytes = run->synthetic_bytes;
+      o.val_fraction = run->val_fraction;
+      o.eval_batches = run->eval_batches;
+    }
+    if (unset("--eval-every")) o.eval_every = run->eval_every;
+  }
   o.init_path = a.init;
   o.save_path = a.save;
   o.losses_path = a.losses;
@@ -71,17 +98,21 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
   o.h2d_gbps = a.h2d_gbps;
   o.profile = a.profile;
   o.stop = &g_stop;
+  o.stop_after = a.stop_after;
   o.progress = [](const std::string& line) {
     fmt::print("{}\n", line);
     std::fflush(stdout);
   };
-  // Ctrl-C ends the current step and exits cleanly; a second one kills at once.
+  // SIGINT (Ctrl-C) and SIGTERM end the current step, commit a checkpoint when
+  // zinf.checkpoint.dir is set, and exit; a second signal kills at once (the last committed
+  // checkpoint stays intact).
   struct sigaction sa {};
   sa.sa_handler = OnInterrupt;
-  sa.sa_flags = SA_RESETHAND;
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   auto r = train::Train(o);
   signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   if (!r.ok()) {
     fmt::print(stderr, "zinf train: {}\n", r.status().ToString());
     return 1;
@@ -109,7 +140,13 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
                s.compute_seconds, s.stall_seconds, s.optimizer_wait_seconds, s.grad_seconds,
                s.optimizer_seconds);
   }
-  return g_stop.load() ? 130 : 0;
+  if (s.checkpoints > 0) {
+    fmt::print("      checkpoints: {} committed, the last {}{}\n", s.checkpoints, s.last_checkpoint,
+               s.resumed_from_step > 0 ? fmt::format(" (resumed from step {})", s.resumed_from_step)
+                                       : "");
+  }
+  // Stopped by a signal: 0 when the state is kept in a checkpoint, else 130 (as an interrupt).
+  return s.stopped && s.checkpoints == 0 ? 130 : 0;
 }
 
 }  // namespace
@@ -188,6 +225,26 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_flag("--overlap-adam", a->overlap_adam,
                 "zinf.overlap_adam: each unit's Adam during backward (clipping with the previous "
                 "step's coefficient)");
+  cmd->add_option("--checkpoint-dir", a->checkpoint_dir,
+                  "zinf.checkpoint.dir: write crash-consistent checkpoints under DIR (at the end, "
+                  "every --checkpoint-every steps, and on SIGINT/SIGTERM)");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every,
+                  "zinf.checkpoint.every: a checkpoint every N steps (0: only at the end)")
+      ->check(CLI::Range(uint64_t{0}, std::numeric_limits<uint64_t>::max()));
+  cmd->add_option("--keep-checkpoints", a->keep_checkpoints,
+                  "zinf.checkpoint.keep: committed checkpoints kept (older ones deleted once a "
+                  "newer one is committed)")
+      ->check(CLI::Range(1u, 1000u));
+  cmd->add_option("--resume", a->resume,
+                  "zinf.checkpoint.resume: continue from a checkpoint directory, or the latest "
+                  "committed one under DIR; its run's config is the base, --steps defaults to "
+                  "its total");
+  cmd->add_option("--stop-after", a->stop_after,
+                  "Stop after step N of --steps as SIGTERM does (checkpoint, exit 0): a job "
+                  "that runs part of a schedule and is resumed later");
+  cmd->add_flag("--verify-state-reads", a->verify_state_reads,
+                "zinf.checkpoint.verify_state_reads: check the xxHash64 of the optimizer state "
+                "on every read from NVMe");
   cmd->add_flag("--print-config", a->print_config,
                 "Print the merged config (the default job's, then --config, then the flags) as "
                 "JSON, each value with where it came from, and exit without training");

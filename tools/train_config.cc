@@ -9,6 +9,7 @@
 
 #include "src/base/units.h"
 #include "src/runtime/offload_runtime.h"
+#include "src/train/checkpoint.h"
 #include "src/train/default_job.h"
 #include "src/train/weights_io.h"
 
@@ -94,6 +95,17 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
     c.zero.offload_optimizer.device = d;
   }
   if (set("--swap-dir", {"zinf.swap_dir"})) c.zinf.swap_dir = a.swap_dir;
+  if (set("--checkpoint-dir", {"zinf.checkpoint.dir"})) c.zinf.checkpoint.dir = a.checkpoint_dir;
+  if (set("--checkpoint-every", {"zinf.checkpoint.every"})) {
+    c.zinf.checkpoint.every = a.checkpoint_every;
+  }
+  if (set("--keep-checkpoints", {"zinf.checkpoint.keep"})) {
+    c.zinf.checkpoint.keep = a.keep_checkpoints;
+  }
+  if (set("--verify-state-reads", {"zinf.checkpoint.verify_state_reads"})) {
+    c.zinf.checkpoint.verify_state_reads = a.verify_state_reads;
+  }
+  if (set("--resume", {"zinf.checkpoint.resume"})) c.zinf.checkpoint.resume = a.resume;
   return Status::Ok();
 }
 
@@ -163,9 +175,29 @@ void FillSwapPaths(Config& c, ConfigSources& sources) {
 }  // namespace
 
 Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a) {
-  const Config defaults = train::DefaultJobConfig();
-  TrainRunConfig r{defaults, {}};
+  Config defaults = train::DefaultJobConfig();
+  // A resume (--resume, else the file's zinf.checkpoint.resume) starts from the config of the
+  // checkpoint's run; the file's keys and the flags go on top, as on the defaults.
+  std::string resume = a.resume;
+  if (resume.empty() && !a.config.empty()) {
+    ZINF_ASSIGN_OR_RETURN(Config file, Config::FromFile(a.config, {.strict = a.strict,
+                                                                   .log_warnings = false,
+                                                                   .base = &defaults,
+                                                                   .validate = false}));
+    resume = file.zinf.checkpoint.resume;
+  }
+  TrainRunConfig r{defaults, {}, std::nullopt};
+  std::string resume_source;
+  if (!resume.empty()) {
+    ZINF_ASSIGN_OR_RETURN(ckpt::Manifest m, train::ReadForResume(resume));
+    ZINF_ASSIGN_OR_RETURN(defaults, train::ConfigOf(m, defaults));
+    resume_source = "--resume " + m.dir;
+    r.sources.SetAll(defaults.given_keys, resume_source);
+    ZINF_ASSIGN_OR_RETURN(r.resumed_run, train::RecordedRunOf(m));
+    resume = m.dir;
+  }
   Config& c = r.config;
+  c = defaults;
   if (!a.config.empty()) {
     ZINF_ASSIGN_OR_RETURN(
         c, Config::FromFile(a.config, {.strict = a.strict, .base = &defaults, .validate = false}));
@@ -173,6 +205,13 @@ Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a)
     r.sources.SetAll(c.auto_keys, a.config + " (auto)");  // the file asked for zinf's choice
   }
   ZINF_RETURN_IF_ERROR(ApplyFlags(cmd, a, c, r.sources));
+  if (!resume.empty()) {
+    c.zinf.checkpoint.resume = resume;  // resolved: the checkpoint directory itself
+    if (c.zinf.checkpoint.dir.empty()) {
+      c.zinf.checkpoint.dir = std::filesystem::path(resume).parent_path().string();
+      r.sources.Set("zinf.checkpoint.dir", resume_source);
+    }
+  }
   if (!a.init.empty()) ZINF_RETURN_IF_ERROR(TakeModelFromInit(a.init, c, r.sources));
   FillSwapPaths(c, r.sources);
   // WarmupLR/WarmupDecayLR without warmup_max_lr peak at the optimizer's lr: its source.

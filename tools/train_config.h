@@ -20,10 +20,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "src/config/config.h"
 #include "src/config/config_sources.h"
+#include "src/train/checkpoint.h"
 #include "zinf/status.h"
 
 namespace zinf::tools {
@@ -33,8 +35,12 @@ struct TrainArgs {
   std::string config, data, val_data, data_format = "auto", init, save, losses, summary, trace;
   std::string swap_dir, device = "auto";
   std::string device_budget, pinned_budget, offload, precision, schedule;
+  std::string checkpoint_dir, resume;
   bool strict = false, profile = false, overlap_adam = false, print_config = false;
-  uint64_t steps = 150, eval_every = 0, synthetic_bytes = 4 << 20;
+  bool verify_state_reads = false;
+  uint64_t steps = 150, eval_every = 0, synthetic_bytes = 4 << 20, checkpoint_every = 0;
+  uint64_t stop_after = 0;
+  uint32_t keep_checkpoints = 1;
   uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;
   double lr = 0, clip = -1, h2d_gbps = 0;
   uint64_t seed = 0;
@@ -43,6 +49,10 @@ struct TrainArgs {
 struct TrainRunConfig {
   Config config;
   ConfigSources sources;
+  // A resume: the total steps its checkpoint's run was asked for, its data and evaluation
+  // options (the defaults of --steps, --data, --val-data, --data-format, --synthetic-bytes,
+  // --eval-every then).
+  std::optional<train::RecordedRun> resumed_run;
 };
 
 Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& args);

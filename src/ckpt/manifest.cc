@@ -289,12 +289,27 @@ Result<std::string> Resolve(const std::string& path) {
     return NotFound(fmt::format("checkpoint {}: no such directory", path));
   }
   if (fs::exists(fs::path(path) / kManifestName)) return path;
-  auto all = Committed(path);
-  if (all.empty()) {
-    return NotFound(fmt::format("{} holds no committed checkpoint (no step-*/{} that reads)",
-                                path, kManifestName));
+  // The newest directory holding a manifest: a manifest exists only once committed, so one that
+  // does not read is damaged, and an older checkpoint is not taken in its place silently.
+  static const std::regex kDir("step-([0-9]{10})");
+  std::string latest;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !std::regex_match(name, kDir)) continue;
+    if (!fs::exists(e.path() / kManifestName)) continue;  // not committed
+    if (latest.empty() || name > fs::path(latest).filename().string()) latest = e.path().string();
   }
-  return all.back().dir;
+  if (latest.empty()) {
+    return NotFound(fmt::format("{} holds no committed checkpoint (no step-*/{})", path,
+                                kManifestName));
+  }
+  if (auto m = Read(latest); !m.ok()) {
+    return m.status().WithContext(fmt::format(
+        "the latest committed checkpoint under {} does not read (name an older one to resume "
+        "from it)",
+        path));
+  }
+  return latest;
 }
 
 Result<uint64_t> HashFileRange(const std::string& path, uint64_t offset, uint64_t length) {

@@ -163,6 +163,18 @@ std::vector<std::string> ValidateLines(const Config& c) {
     }
   }
 
+  const CheckpointConfig& ck = c.zinf.checkpoint;
+  if (ck.every > 0 && ck.dir.empty()) {
+    out.push_back(fmt::format("zinf.checkpoint.every: {} without zinf.checkpoint.dir; expected "
+                              "a directory for the checkpoints", ck.every));
+  }
+  if (ck.keep > 1 && c.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+    out.push_back(fmt::format(
+        "zinf.checkpoint.keep: {} with the optimizer state on NVMe; expected 1: the swap file "
+        "holds the state of the latest checkpoint only (copying older ones out is not built "
+        "yet; `zinf ckpt export` writes a self-contained copy)", ck.keep));
+  }
+
   std::set<std::string> seen;
   for (size_t i = 0; i < c.zinf.stripe_paths.size(); ++i) {
     const std::string& p = c.zinf.stripe_paths[i];
@@ -438,6 +450,12 @@ nlohmann::ordered_json Config::ToJson() const {
                    {"heads", m.heads},
                    {"seq_len", m.seq_len},
                    {"vocab", m.vocab}}},
+                 {"checkpoint",
+                  {{"dir", zinf.checkpoint.dir},
+                   {"every", zinf.checkpoint.every},
+                   {"keep", zinf.checkpoint.keep},
+                   {"resume", zinf.checkpoint.resume},
+                   {"verify_state_reads", zinf.checkpoint.verify_state_reads}}},
                  {"strict", zinf.strict}};
   return out;
 }

@@ -206,6 +206,18 @@ struct ModelConfig {
   uint64_t TotalParams() const;
 };
 
+// `zinf.checkpoint`: crash-consistent checkpoints (src/train/checkpoint.h).
+struct CheckpointConfig {
+  std::string dir;     // root of the run's checkpoints ("step-<10 digits>" under it); "": none
+  uint64_t every = 0;  // a checkpoint every N steps; 0: only at the end and on a stop request
+  uint32_t keep = 1;   // committed checkpoints kept, 1..1000 (older ones deleted after a newer
+                       // one is committed)
+  std::string resume;  // a checkpoint directory, or a root (its latest); "": a fresh run
+  // Check the xxHash64 of the NVMe-homed optimizer state on every read against what was
+  // written: a corrupt byte stops training (costs hashing 12 bytes a parameter twice a step).
+  bool verify_state_reads = false;
+};
+
 // `zinf`: everything DeepSpeed has no key for.
 struct ZinfConfig {
   BudgetsConfig budgets;
@@ -226,6 +238,7 @@ struct ZinfConfig {
   bool overlap_adam = false;
   uint64_t seed = 1337;       // weight initialisation and the synthetic corpus
   ModelConfig model;
+  CheckpointConfig checkpoint;
   bool strict = false;  // refuse unimplemented DeepSpeed keys instead of warning
 };
 

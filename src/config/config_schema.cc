@@ -244,6 +244,15 @@ void ReadModel(Reader r, ModelConfig* c) {
   r.Finish();
 }
 
+void ReadCheckpoint(Reader r, CheckpointConfig* c) {
+  r.String("dir", &c->dir, "a directory path");
+  r.Uint("every", &c->every, 0, kU64Max);
+  r.Uint32("keep", &c->keep, 1, 1000);
+  r.String("resume", &c->resume, "a checkpoint directory or a directory of checkpoints");
+  r.Bool("verify_state_reads", &c->verify_state_reads);
+  r.Finish();
+}
+
 void ReadZinf(Reader r, ZinfConfig* c) {
   Reader b = r.Object("budgets");
   b.OptBytes("device_bytes", &c->budgets.device_bytes, kMinBudgetBytes, kU64Max, Align::kAny,
@@ -263,6 +272,7 @@ void ReadZinf(Reader r, ZinfConfig* c) {
   r.Bool("overlap_adam", &c->overlap_adam);
   r.Uint("seed", &c->seed, 0, kU64Max);
   ReadModel(r.Object("model"), &c->model);
+  ReadCheckpoint(r.Object("checkpoint"), &c->checkpoint);
   r.Bool("strict", &c->strict);
   r.Finish();
 }

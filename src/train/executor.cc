@@ -179,6 +179,27 @@ Status LayerExecutor::RegisterShards() {
     opt_units_.push_back(ou);
   }
   if (!options_.optimizer_on_nvme) p16_staging_.resize(dims_.MaxUnitParams());
+  const uint32_t units = dims_.units();
+  for (uint32_t u = 0; u < units; ++u) {
+    all_units_.push_back(u);
+    const auto& ou = opt_units_[u];
+    state_ext_[0].push_back({ou.master, ou.exp_avg, ou.exp_avg_sq});
+  }
+  if (options_.optimizer_on_nvme && options_.state_generations) {
+    // The second generation after every other extent, in unit order: a resumed run with the
+    // same model and swap configuration gets the same offsets.
+    for (uint32_t u = 0; u < units; ++u) {
+      std::array<offload::Extent, offload::kStateRoles> g;
+      for (auto& e : g) {
+        ZINF_ASSIGN_OR_RETURN(e, rt_.swap->Allocate(4 * dims_.UnitParams(u)));
+      }
+      state_ext_[1].push_back(g);
+    }
+  }
+  cur_gen_.assign(units, 0);
+  protected_gen_.assign(units, -1);
+  hashes_.assign(units, {});
+  hashes_known_.assign(units, 0);
   return Status::Ok();
 }
 

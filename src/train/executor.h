@@ -38,12 +38,15 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/adam.h"
@@ -73,6 +76,27 @@ struct ExecutorOptions {
   // are final, while the device computes the next unit's backward.
   kernels::AdamOptions adam;
   Tracer* tracer = nullptr;
+  // Two generations of the NVMe-homed optimizer state (checkpoints): the step after a checkpoint
+  // writes the other generation, so the extents a committed checkpoint names are never
+  // overwritten. Doubles the swap space of master, exp_avg and exp_avg_sq (12 bytes a
+  // parameter).
+  bool state_generations = false;
+  // Check the xxHash64 of the NVMe-homed optimizer state every time it is read back against what
+  // was written (zinf.verify_state_reads): a corrupt byte stops training with DataLoss. Costs
+  // hashing the 12 bytes a parameter twice a step.
+  bool verify_state_reads = false;
+};
+
+// One unit's optimizer state as a checkpoint records it: on NVMe (extents of the run's swap
+// file, the current generation) or in memory (arrays), with the xxHash64 of each role's 4n bytes.
+struct UnitState {
+  uint32_t unit = 0;
+  uint64_t n = 0;
+  std::array<offload::Extent, offload::kStateRoles> extents{};  // bytes 0: in memory
+  std::array<const float*, offload::kStateRoles> arrays{};       // null: on NVMe
+  offload::StateHashes hashes{};
+  // Where each array was read from ("<file> at offset <n>"), for the error naming a bad one.
+  std::array<std::string, offload::kStateRoles> sources{};
 };
 
 struct MicroBatchResult {
@@ -149,10 +173,39 @@ class LayerExecutor {
   Result<offload::OptimizerStepStats> OptimizerStep(const kernels::AdamHyper& hyper);
   // Waits for an optimizer step still running; its error. A no-op when none runs.
   Status FinishOptimizerStep();
+
+  // Checkpoints. The optimizer step of this step (OptimizerStep, or the units stepped during
+  // an overlapped backward) computes the xxHash64 of the state it writes, for a checkpoint of
+  // its result (without it the state is read back to be hashed). EndStep clears the request.
+  void HashNextOptimizerStep() { hash_next_step_ = true; }
+  // The state after every optimizer step so far, for a checkpoint: `ready` is called on this
+  // thread once no step is running — at once when none is, else when the running asynchronous
+  // step finishes (FinishOptimizerStep, called by the next backward or directly) — with every
+  // unit's state or the error that ended the step. From then on the NVMe extents given stay
+  // untouched (later steps write the other generation) until the next checkpoint; arrays stay
+  // valid until the next optimizer step, which first waits for HoldStateUntil's future. The NVMe
+  // state is durable only after SyncState.
+  using CheckpointReadyFn = std::function<void(Result<std::vector<UnitState>>)>;
+  Status RequestCheckpoint(CheckpointReadyFn ready);
+  // fdatasync of the swap files. Thread-safe (a checkpoint's writer calls it).
+  Status SyncState() const;
+  // The state in memory and the extents a checkpoint names must not be overwritten until
+  // `written` is ready (its writer commits in the background): the next optimizer step waits
+  // for it and fails with its error.
+  void HoldStateUntil(std::shared_future<Status> written) { state_hold_ = std::move(written); }
+  // Puts one unit of a checkpoint's state back. An NVMe unit names extents of this run's swap
+  // file (its generation becomes current, and stays untouched until the next checkpoint); a
+  // unit in memory gives arrays, copied. Every role is checked against its hash (DataLoss naming
+  // the unit, the role and where it was read), and the 16-bit weights are recomputed from the
+  // master weights (the optimizer's 16-bit copy is bit for bit their rounding).
+  Status RestoreUnit(const UnitState& state);
+  // The swap files of the run (absolute paths), for a checkpoint's manifest.
+  std::vector<std::string> SwapFilePaths() const;
   // The accumulated gradients are dead (consumed by OptimizerStep, which calls this, or a skipped
   // step): their copies are dropped without being written home.
   Status DiscardGradients();
-  // Ends a step for the tier manager (the first call ends the recording of the access trace).
+  // Ends a step for the tier manager (the first call ends the recording of the access trace)
+  // and clears HashNextOptimizerStep.
   void EndStep();
   // Measures the bounds alone: compute over `micro_batches` micro-batches of these tokens with
   // the weights already on the device (the values of one block reused for all: timing only, the
@@ -209,6 +262,36 @@ class LayerExecutor {
   std::vector<offload::ShardId> p16_, grad_;
   // Optimizer state: NVMe extents (pipeline) or host arrays.
   std::vector<offload::OptimizerUnit> opt_units_;
+  // NVMe-homed state by generation: [gen][unit] master, exp_avg, exp_avg_sq (one generation
+  // unless ExecutorOptions::state_generations).
+  std::vector<std::array<offload::Extent, offload::kStateRoles>> state_ext_[2];
+  std::vector<uint8_t> cur_gen_;       // per unit: the generation holding its state
+  std::vector<int8_t> protected_gen_;  // per unit: the generation a checkpoint names (-1: none)
+  std::vector<offload::StateHashes> hashes_;  // per unit, of the state now
+  std::vector<char> hashes_known_;
+  bool hash_next_step_ = false;
+  std::shared_future<Status> state_hold_;
+  // The units as the pipeline sees them for a step of `units` (reading the current generation,
+  // writing the target one), the hashing it does, and, once done, the bookkeeping.
+  std::vector<offload::OptimizerUnit> StepUnits(std::span<const uint32_t> units) const;
+  void PrepareHashing(std::span<const uint32_t> units, offload::StepHashing* h);
+  void StepDone(std::span<const uint32_t> units, const offload::StepHashing& h);
+  Status WaitStateHold();
+  // The extent of a unit's state role in its current generation.
+  const offload::Extent& StateExtent(uint32_t unit, int role) const;
+  // Before state is rewritten outside a step: when a checkpoint names the current generation,
+  // switch to the other (true: every role must then be written).
+  bool TakeUnprotectedGeneration(uint32_t unit);
+  // SetUnitWeights' bookkeeping: the hashes of the new state (master, zero moments).
+  void NoteWeightsSet(uint32_t unit, const float* master);
+  // Reads a whole role of a unit's current NVMe state (padded) into dst.
+  Status ReadStateRole(uint32_t unit, int role, uint8_t* dst);
+  // Every unit's state now (no step running); NVMe extents become protected.
+  Result<std::vector<UnitState>> TakeCheckpointState();
+  CheckpointReadyFn pending_checkpoint_;  // asked for while an asynchronous step ran
+  std::vector<uint32_t> all_units_;
+  std::vector<offload::OptimizerUnit> opt_step_units_;  // the running async step's
+  offload::StepHashing opt_hashing_;                    // the running async step's
   std::vector<std::vector<float>> master_, exp_avg_, exp_avg_sq_;
   std::vector<uint16_t> p16_staging_;  // host path: the new param16 of one unit
   std::unique_ptr<offload::OptimizerPipeline> pipeline_;

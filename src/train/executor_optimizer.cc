@@ -44,9 +44,10 @@ Status LayerExecutor::ReadNvme(const offload::Extent& e, void* dst, uint64_t byt
 
 Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  ZINF_RETURN_IF_ERROR(WaitStateHold());  // a checkpoint may still be writing the arrays
   if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
   const uint64_t n = dims_.UnitParams(unit);
-  const offload::OptimizerUnit& ou = opt_units_[unit];
+  NoteWeightsSet(unit, master);  // before the slab (which master may be) is reused
   uint16_t* p16 = p16_staging_.data();
   if (options_.optimizer_on_nvme) {
     // Everything goes through the pipeline's first slab (idle between steps): the 16-bit copy
@@ -54,13 +55,15 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
     uint8_t* slab = BounceBuffer();
     p16 = reinterpret_cast<uint16_t*>(slab + pipeline_->LayoutFor(n).param16);
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
-    ZINF_RETURN_IF_ERROR(WriteNvme(ou.master, master, 4 * n));
+    // A checkpoint's extents stay untouched: the other generation takes the new state.
+    const bool switched = TakeUnprotectedGeneration(unit);
+    ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kMasterState), master, 4 * n));
     // A new swap file reads as zeros (io/swap_file.h): the moments need writing only once an
     // optimizer step has written them.
-    if (!moments_zero_at_home_) {
+    if (!moments_zero_at_home_ || switched) {
       std::memset(slab, 0, 4 * n);
-      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg, slab, 4 * n));
-      ZINF_RETURN_IF_ERROR(WriteNvme(ou.exp_avg_sq, slab, 4 * n));
+      ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kExpAvgState), slab, 4 * n));
+      ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kExpAvgSqState), slab, 4 * n));
     }
   } else {
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
@@ -75,7 +78,9 @@ Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
   const uint64_t n = dims_.UnitParams(unit);
-  if (options_.optimizer_on_nvme) return ReadNvme(opt_units_[unit].master, master, 4 * n);
+  if (options_.optimizer_on_nvme) {
+    return ReadNvme(StateExtent(unit, offload::kMasterState), master, 4 * n);
+  }
   std::memcpy(master, master_[unit].data(), 4 * n);
   return Status::Ok();
 }
@@ -92,14 +97,69 @@ Status LayerExecutor::InitWeights(uint64_t seed) {
   return Status::Ok();
 }
 
+std::vector<offload::OptimizerUnit> LayerExecutor::StepUnits(
+    std::span<const uint32_t> units) const {
+  std::vector<offload::OptimizerUnit> out;
+  for (uint32_t u : units) {
+    offload::OptimizerUnit ou = opt_units_[u];
+    const int cur = cur_gen_[u];
+    // A checkpoint names the current generation: write the other one.
+    const int target = protected_gen_[u] == cur ? 1 - cur : cur;
+    const auto& r = state_ext_[cur][u];
+    ou.master = r[offload::kMasterState];
+    ou.exp_avg = r[offload::kExpAvgState];
+    ou.exp_avg_sq = r[offload::kExpAvgSqState];
+    if (target != cur) {
+      const auto& w = state_ext_[target][u];
+      ou.master_out = w[offload::kMasterState];
+      ou.exp_avg_out = w[offload::kExpAvgState];
+      ou.exp_avg_sq_out = w[offload::kExpAvgSqState];
+    }
+    out.push_back(ou);
+  }
+  return out;
+}
+
+void LayerExecutor::PrepareHashing(std::span<const uint32_t> units, offload::StepHashing* h) {
+  h->compute = hash_next_step_ || options_.verify_state_reads;
+  h->expected.clear();
+  bool all_known = options_.verify_state_reads;
+  for (uint32_t u : units) all_known = all_known && hashes_known_[u];
+  if (all_known) {
+    for (uint32_t u : units) h->expected.push_back(hashes_[u]);
+  }
+}
+
+void LayerExecutor::StepDone(std::span<const uint32_t> units, const offload::StepHashing& h) {
+  for (size_t i = 0; i < units.size(); ++i) {
+    const uint32_t u = units[i];
+    if (protected_gen_[u] == cur_gen_[u] && !state_ext_[1].empty()) cur_gen_[u] ^= 1;
+    if (h.compute) hashes_[u] = h.written[i];
+    hashes_known_[u] = h.compute;
+  }
+}
+
+Status LayerExecutor::WaitStateHold() {
+  if (!state_hold_.valid()) return Status::Ok();
+  Status s = state_hold_.get();
+  state_hold_ = {};
+  return s.ok() ? s : s.WithContext("the checkpoint writing the optimizer state");
+}
+
 Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
                                offload::OptimizerStepStats* st) {
   auto t0 = Clock::now();
   offload::TierManager& tm = *rt_.tiers;
+  ZINF_RETURN_IF_ERROR(WaitStateHold());
   if (pipeline_ != nullptr) {
     moments_zero_at_home_ = false;
+    const uint32_t one_unit[] = {u};
+    const auto step_units = StepUnits(one_unit);
+    offload::StepHashing hashing;
+    PrepareHashing(one_unit, &hashing);
     ZINF_ASSIGN_OR_RETURN(offload::OptimizerStepStats one,
-                          pipeline_->Step(std::span(&opt_units_[u], 1), hyper));
+                          pipeline_->Step(step_units, hyper, nullptr, nullptr, &hashing));
+    StepDone(one_unit, hashing);
     ZINF_RETURN_IF_ERROR(tm.Invalidate(p16_[u]));  // its home was rewritten
     st->units += one.units;
     st->adam_seconds += one.adam_seconds;
@@ -125,6 +185,7 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
     ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
     ZINF_RETURN_IF_ERROR(r.status());
     ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
+    hashes_known_[u] = 0;  // state in memory is hashed when a checkpoint writes it
     ++st->units;
   }
   ZINF_RETURN_IF_ERROR(tm.Discard(grad_[u]));
@@ -139,6 +200,7 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
   offload::TierManager& tm = *rt_.tiers;
   offload::OptimizerStepStats st;
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  ZINF_RETURN_IF_ERROR(WaitStateHold());
   if (pipeline_ != nullptr && options_.async_optimizer) {
     // All units through the pipeline, on its own thread, under the next forward: each unit's
     // new param16 is usable once its writes completed (the callback marks it; stale copies of
@@ -168,9 +230,12 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
     // (installed or written): reading the old ones now would be wasted, and would keep the
     // install out.
     for (auto id : p16_) rt_.tiers->BeginRewrite(id);
+    opt_step_units_ = StepUnits(all_units_);
+    PrepareHashing(all_units_, &opt_hashing_);
     opt_running_ = true;
     opt_future_ = std::async(std::launch::async, [this]() -> Result<offload::OptimizerStepStats> {
-      auto r = pipeline_->Step(opt_units_, opt_hyper_, &opt_on_written_, &opt_on_updated_);
+      auto r = pipeline_->Step(opt_step_units_, opt_hyper_, &opt_on_written_, &opt_on_updated_,
+                               &opt_hashing_);
       if (!r.ok()) {
         for (auto id : p16_) rt_.tiers->EndPending(id, false);  // not known to be home
       }
@@ -184,7 +249,11 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
   if (pipeline_ != nullptr) {
     // All units through the pipeline at once: reads run ahead, writes behind.
     moments_zero_at_home_ = false;
-    ZINF_ASSIGN_OR_RETURN(st, pipeline_->Step(opt_units_, hyper));
+    const auto step_units = StepUnits(all_units_);
+    offload::StepHashing hashing;
+    PrepareHashing(all_units_, &hashing);
+    ZINF_ASSIGN_OR_RETURN(st, pipeline_->Step(step_units, hyper, nullptr, nullptr, &hashing));
+    StepDone(all_units_, hashing);
     // The pipeline rewrote every param16 home: the cached copies are stale.
     for (auto id : p16_) ZINF_RETURN_IF_ERROR(tm.Invalidate(id));
     ZINF_RETURN_IF_ERROR(DiscardGradients());
@@ -212,7 +281,10 @@ Status LayerExecutor::FinishOptimizerStep() {
   opt_running_ = false;
   Result<offload::OptimizerStepStats> r = opt_future_.get();
   stats_.optimizer_wait_seconds += Since(t0);
+  if (!r.ok() && pending_checkpoint_) std::exchange(pending_checkpoint_, nullptr)(r.status());
   ZINF_RETURN_IF_ERROR(r.status());
+  StepDone(all_units_, opt_hashing_);
+  if (pending_checkpoint_) std::exchange(pending_checkpoint_, nullptr)(TakeCheckpointState());
   // Copies fetched while the step ran were dropped unit by unit (HomeRewritten); the
   // gradients are consumed.
   ZINF_RETURN_IF_ERROR(DiscardGradients());
@@ -228,6 +300,9 @@ Status LayerExecutor::DiscardGradients() {
   return Status::Ok();
 }
 
-void LayerExecutor::EndStep() { rt_.tiers->EndStep(); }
+void LayerExecutor::EndStep() {
+  rt_.tiers->EndStep();
+  hash_next_step_ = false;
+}
 
 }  // namespace zinf::train

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -15,6 +16,7 @@
 #include "src/base/units.h"
 #include "src/runtime/offload_runtime.h"
 #include "src/train/backend_factory.h"
+#include "src/train/checkpoint.h"
 #include "src/train/data.h"
 #include "src/train/executor.h"
 #include "src/train/loss_scaler.h"
@@ -24,6 +26,11 @@
 namespace zinf::train {
 namespace {
 
+// `path` made absolute (a resume from another directory reads the same file); "" stays "".
+std::string AbsolutePath(const std::string& path) {
+  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+}
+
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) {
@@ -31,12 +38,22 @@ double Since(Clock::time_point t0) {
 }
 
 // Swap file capacity: every unit's fp32 master, moments and gradient and its 16-bit copy, each
-// extent rounded up to the stripe unit (SwapSpace aligns extents to it) plus an O_DIRECT block.
-uint64_t SwapBytes(const GptDims& d, const Config& c) {
+// extent rounded up to the stripe unit (SwapSpace aligns extents to it) plus an O_DIRECT block;
+// with checkpoints, a second generation of the master weights and moments.
+uint64_t SwapBytes(const GptDims& d, const Config& c, bool generations) {
   const uint64_t slack = c.zinf.stripe_bytes + 4096;
   uint64_t total = 0;
-  for (uint32_t u = 0; u < d.units(); ++u) total += 18 * d.UnitParams(u) + 5 * slack;
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    total += 18 * d.UnitParams(u) + 5 * slack;
+    if (generations) total += 12 * d.UnitParams(u) + 3 * slack;
+  }
   return total;
+}
+
+// Whether `dir` is the directory `root` names (both exist).
+bool SameDirectory(const std::string& dir, const std::string& root) {
+  std::error_code ec;
+  return std::filesystem::equivalent(dir, root, ec);
 }
 
 std::string FormatEta(double seconds) {
@@ -89,6 +106,14 @@ std::string TrainSummary::ToJson() const {
                       {"backend", backend},
                       {"io_engine", io_engine}};
   if (val_loss >= 0) j["val_loss"] = val_loss;
+  if (resumed_from_step > 0) j["resumed_from_step"] = resumed_from_step;
+  if (stopped) j["stopped"] = true;
+  if (!last_checkpoint.empty()) {
+    j["checkpoints"] = checkpoints;
+    j["last_checkpoint"] = last_checkpoint;
+    j["checkpoint_writer_seconds"] = checkpoint_writer_seconds;
+    j["checkpoint_bytes_written"] = checkpoint_bytes_written;
+  }
   j["compute_seconds_per_step"] = compute_seconds;
   j["stall_seconds_per_step"] = stall_seconds;
   j["optimizer_wait_seconds_per_step"] = optimizer_wait_seconds;
@@ -112,6 +137,24 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
         "with a bf16 or fp16 working copy (enable one of them)", c.source));
   }
   if (opt.steps == 0) return InvalidArgument("--steps must be >= 1");
+  const CheckpointConfig& ck = c.zinf.checkpoint;
+  const bool resuming = !ck.resume.empty();
+  if (resuming && !opt.init_path.empty()) {
+    return InvalidArgument(fmt::format(
+        "--init {} with --resume {}: a resume takes the weights from the checkpoint; give one "
+        "of them", opt.init_path, ck.resume));
+  }
+  std::optional<ckpt::Manifest> resume_from;
+  TrainerState resumed;
+  if (resuming) {
+    ZINF_ASSIGN_OR_RETURN(resume_from, ReadForResume(ck.resume));
+    ZINF_ASSIGN_OR_RETURN(resumed, TrainerStateOf(*resume_from));
+    if (resumed.step >= opt.steps) {
+      return InvalidArgument(fmt::format(
+          "--resume {}: the checkpoint is of step {}, and the run asks for {} steps in all; "
+          "expected --steps above {}", resume_from->dir, resumed.step, opt.steps, resumed.step));
+    }
+  }
   const GptDims dims = GptDims::FromConfig(c.zinf.model);
   const auto B = static_cast<uint32_t>(c.MicroBatchSize());
   const uint64_t gas = c.GradientAccumulationSteps();
@@ -128,6 +171,10 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                          dims.V, T));
   ZINF_ASSIGN_OR_RETURN(BatchSampler train_data,
                         BatchSampler::Create(data.train, Split::kTrain, B, T, c.zinf.seed));
+  if (resuming) {
+    ZINF_RETURN_IF_ERROR(train_data.source().CheckSameAs(resumed.data).WithContext(
+        "--resume " + resume_from->dir + ": a resume reads the data the checkpoint's run read"));
+  }
   std::optional<BatchSampler> val_data;
   if (opt.eval_every > 0 && data.validation.split_size(Split::kValidation) > T) {
     ZINF_ASSIGN_OR_RETURN(val_data, BatchSampler::Create(data.validation, Split::kValidation, B,
@@ -152,6 +199,13 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   eo.micro_batches = static_cast<uint32_t>(gas);
   eo.adam.threads = static_cast<int>(c.zinf.adam_threads);
   eo.tracer = &tracer;
+  // Checkpoints of NVMe-homed state keep two generations of it in the swap file.
+  eo.state_generations = eo.optimizer_on_nvme && (!ck.dir.empty() || resuming);
+  eo.verify_state_reads = ck.verify_state_reads;
+  bool swap_in_checkpoint = false;
+  if (resume_from) {
+    for (const auto& f : resume_from->files) swap_in_checkpoint |= f.kind == "swap";
+  }
   // An automatic pinned budget is what this run wants (every shard's host copy and the
   // optimizer's slabs), within what the machine allows: a small model does not lock 2 GiB.
   Config rc = c;
@@ -162,10 +216,14 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                FormatBytesHuman(*rc.zinf.budgets.pinned_bytes), *rc.zinf.budgets.pinned_bytes,
                FormatBytesHuman(wanted), FormatBytesHuman(cap));
   }
-  ZINF_ASSIGN_OR_RETURN(auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c),
-                                                         .tracer = &tracer,
-                                                         .device_kind = opt.device,
-                                                         .h2d_gbps = opt.h2d_gbps}));
+  ZINF_ASSIGN_OR_RETURN(
+      auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c, eo.state_generations),
+                                       .tracer = &tracer,
+                                       .device_kind = opt.device,
+                                       .h2d_gbps = opt.h2d_gbps,
+                                       .keep_swap_files = eo.state_generations,
+                                       .reuse_swap_files = swap_in_checkpoint,
+                                       .wrap_backend = opt.wrap_backend}));
   ZINF_ASSIGN_OR_RETURN(Stream * compute, rt->device->CreateStream("compute"));
   ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Backend<float>> backend,
                         MakeBackend(*rt->device, compute, c.zinf.adam_threads,
@@ -173,10 +231,41 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   ZINF_ASSIGN_OR_RETURN(auto ex, LayerExecutor::Create(*rt, *backend, compute, dims, eo));
 
   auto t_init = Clock::now();
-  if (!opt.init_path.empty()) {
+  if (resume_from) {
+    ZINF_RETURN_IF_ERROR(CheckResumable(*resume_from, c, ex->SwapFilePaths()));
+    ZINF_RETURN_IF_ERROR(RestoreOptimizerState(*ex, *resume_from));
+    ZINF_RETURN_IF_ERROR(scaler.Restore(resumed.scaler));
+    train_data.Seek(resumed.data_position);
+    Log().info("train: resumed from {} (step {}, {} applied, {} skipped)", resume_from->dir,
+               resumed.step, resumed.applied, resumed.skipped);
+  } else if (!opt.init_path.empty()) {
     ZINF_RETURN_IF_ERROR(LoadWeights(*ex, opt.init_path));
   } else {
     ZINF_RETURN_IF_ERROR(ex->InitWeights(c.zinf.seed));
+  }
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (!ck.dir.empty()) {
+    std::optional<uint64_t> resumed_step;
+    if (resume_from && SameDirectory(
+                           std::filesystem::path(resume_from->dir).parent_path().string(), ck.dir)) {
+      resumed_step = resumed.step;
+    }
+    ZINF_ASSIGN_OR_RETURN(checkpointer,
+                          Checkpointer::Create({.root = ck.dir,
+                                                .keep = ck.keep,
+                                                .config = c,
+                                                .run = {.steps_total = opt.steps,
+                                                        .data = AbsolutePath(opt.data_path),
+                                                        .val_data = AbsolutePath(opt.val_data_path),
+                                                        .data_format = std::string(
+                                                            DataFormatName(opt.data_format)),
+                                                        .synthetic_bytes = opt.synthetic_bytes,
+                                                        .val_fraction = opt.val_fraction,
+                                                        .eval_every = opt.eval_every,
+                                                        .eval_batches = opt.eval_batches},
+                                                .state_on_nvme = eo.optimizer_on_nvme,
+                                                .swap_files = ex->SwapFilePaths(),
+                                                .resumed_step = resumed_step}));
   }
   Log().info("train: {} parameters ({} layers, width {}, {} heads, seq {}, vocab {}), "
               "micro-batch {} x {} accumulation, {} on {}; weights ready in {:.1f} s",
@@ -198,17 +287,21 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   std::vector<int32_t> x(uint64_t{B} * T), y(uint64_t{B} * T);
   std::vector<double> step_times;
   double stall_total = 0, time_total = 0;
-  uint64_t applied = 0;
+  uint64_t applied = resumed.applied;
+  sum.skipped_steps = resumed.skipped;
+  sum.resumed_from_step = resumed.step;
   offload::TierStats prev = rt->tiers->stats();
   uint64_t prev_opt_rd = 0, prev_opt_wr = 0;
   const bool overlap = c.zinf.overlap_adam;
-  double prev_clip = 1.0;
-  for (uint64_t step = 0; step < opt.steps; ++step) {
-    if (opt.stop != nullptr && opt.stop->load()) {
-      Log().warn("train: stopped by request after {} steps", step);
-      break;
-    }
+  double prev_clip = resumed.prev_clip;
+  auto checkpoint_due = [&](uint64_t step) {  // after step (0-based) `step`
+    return checkpointer != nullptr &&
+           ((ck.every > 0 && (step + 1) % ck.every == 0) || step + 1 == opt.steps);
+  };
+  for (uint64_t step = resumed.step; step < opt.steps; ++step) {
     auto t0 = Clock::now();
+    // The optimizer hashes the state it writes when a checkpoint of it follows.
+    if (checkpoint_due(step)) ex->HashNextOptimizerStep();
     const ExecutorStats before = ex->stats();
     const double loss_scale = fp16 ? scaler.scale() : 1.0;
     double loss = 0;
@@ -289,7 +382,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     prev = ts;
     prev_opt_rd = opt_rd;
     prev_opt_wr = opt_wr;
-    if (step == 0) sum.first_loss = loss;
+    if (step == resumed.step) sum.first_loss = loss;
     sum.final_loss = loss;
     sum.steps = step + 1;
 
@@ -303,7 +396,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                           {"grad_norm", norm}, {"skipped", skip}, {"seconds", dt}};
       if (fp16) j["loss_scale"] = loss_scale;
       if (val >= 0) j["val_loss"] = val;
-      losses << j.dump() << "\n";
+      // Flushed each step: after a crash the file holds every step a checkpoint covers.
+      losses << j.dump() << "\n" << std::flush;
       if (!losses) return IoError("write --losses file " + opt.losses_path);
     }
     if (opt.progress && (step % std::max<uint64_t>(1, c.train.steps_per_print) == 0 ||
@@ -321,9 +415,36 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                              : " | SKIPPED (non-finite gradients)";
       opt.progress(line);
     }
+    const bool stop = ((opt.stop != nullptr && opt.stop->load()) || step + 1 == opt.stop_after) &&
+                      step + 1 < opt.steps;
+    if (checkpoint_due(step) || (stop && checkpointer != nullptr)) {
+      TrainerState st;
+      st.step = step + 1;
+      st.applied = applied;
+      st.skipped = sum.skipped_steps;
+      st.prev_clip = prev_clip;
+      st.scaler = scaler.state();
+      st.data_position = train_data.position();
+      st.data = train_data.source();
+      ZINF_RETURN_IF_ERROR(checkpointer->Save(*ex, st));
+    }
+    if (stop) {
+      Log().warn("train: stopped by request after step {}{}", step + 1,
+                 checkpointer != nullptr ? "; committing its checkpoint" : "");
+      sum.stopped = true;
+      break;
+    }
   }
 
   ZINF_RETURN_IF_ERROR(ex->FinishOptimizerStep());  // a run stopped early
+  if (checkpointer != nullptr) {
+    ZINF_RETURN_IF_ERROR(checkpointer->Wait());
+    const CheckpointStats cs = checkpointer->stats();
+    sum.checkpoints = cs.committed;
+    sum.last_checkpoint = cs.last_dir;
+    sum.checkpoint_writer_seconds = cs.writer_seconds;
+    sum.checkpoint_bytes_written = cs.bytes_written;
+  }
   const offload::TierStats ts = rt->tiers->stats();
   const ExecutorStats es_total = ex->stats();
   sum.step_seconds_median = Median(step_times);
@@ -353,8 +474,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   }
   sum.pinned_budget_bytes = rt->pool->budget_bytes();
 
-  const bool stopped = opt.stop != nullptr && opt.stop->load();
-  if (opt.profile && sum.steps > 0 && !stopped) {
+  if (opt.profile && sum.steps > 0 && !sum.stopped) {
     ZINF_ASSIGN_OR_RETURN(ProfileBounds b, ex->MeasureBounds(x.data(), y.data(), gas));
     sum.compute_bound_seconds = b.compute_seconds;
     // The step's NVMe bytes at the rates the raw engine reaches alone on the same file.

@@ -16,7 +16,9 @@
 // zinf.overlap_adam runs each unit's Adam during the last micro-batch's backward (executor.h),
 // clipping with the previous step's coefficient.
 // One progress line per step goes to `progress` (step, loss, lr, tokens/s, stall %, NVMe GB/s,
-// ETA). A stop request (Ctrl-C) ends the run after the current step; weights are still saved.
+// ETA). A stop request (SIGINT/SIGTERM, or TrainOptions::stop_after) ends the run after the
+// current step, committing a checkpoint when zinf.checkpoint.dir is set; weights are still
+// saved. Checkpoints and resume: src/train/checkpoint.h (zinf.checkpoint).
 // Errors name the file, field or value at fault.
 //
 // Thread-safety: one Train at a time per process (it owns the device it builds).
@@ -25,8 +27,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
+#include "io/backend.h"
 #include "src/base/device.h"
 #include "src/config/config.h"
 #include "src/train/token_file.h"
@@ -53,7 +57,10 @@ struct TrainOptions {
   double h2d_gbps = 0;             // host-emulated device link (0 = memcpy speed)
   bool profile = false;            // measure the three bounds (compute, NVMe, Adam) alone
   const std::atomic<bool>* stop = nullptr;
+  uint64_t stop_after = 0;         // stop after this step as a stop request does (0: no)
   std::function<void(const std::string&)> progress;  // one line per step
+  // Tests: wraps the NVMe I/O backend (RuntimeOptions::wrap_backend), e.g. to inject faults.
+  std::function<std::unique_ptr<io::Backend>(std::unique_ptr<io::Backend>)> wrap_backend;
 };
 
 struct TrainSummary {
@@ -80,6 +87,13 @@ struct TrainSummary {
   // Where the executor's time went, per step (medians are not kept: totals / steps).
   double compute_seconds = 0, stall_seconds = 0, grad_seconds = 0, optimizer_seconds = 0;
   double optimizer_wait_seconds = 0;  // of stall_seconds: waiting for the optimizer's weights
+  // Checkpoints (zinf.checkpoint): committed by this run, the last one's directory, the writer
+  // thread's time (overlapping training) and the bytes it wrote (state in memory; state on NVMe
+  // is named, not copied). A resumed run's step counts start at the checkpoint's step.
+  uint64_t checkpoints = 0, checkpoint_bytes_written = 0, resumed_from_step = 0;
+  std::string last_checkpoint;
+  double checkpoint_writer_seconds = 0;
+  bool stopped = false;  // ended early by a stop request (after committing a checkpoint)
   std::string ToJson() const;
 };
 

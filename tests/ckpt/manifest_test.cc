@@ -79,6 +79,13 @@ TEST(ManifestTest, TheLatestIsResolvedFromCommittedManifestsOnly) {
   TempDir empty;
   EXPECT_EQ(Resolve(empty.path()).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(Resolve(empty / "nope").status().code(), StatusCode::kNotFound);
+  // A committed manifest that does not read is damaged: an error naming it, not the older one.
+  const Manifest bad = MakeCheckpoint(root.path(), 20);
+  std::ofstream(bad.dir + "/manifest.json") << "{\"format\": \"zinf-checkpoint\"";
+  auto damaged = Resolve(root.path());
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_NE(damaged.status().message().find(bad.dir), std::string::npos) << damaged.status().ToString();
+  EXPECT_EQ(*Resolve(all[1].dir), all[1].dir);  // named, the older one still resolves
 }
 
 TEST(ManifestTest, AFlippedByteOrATruncatedFileIsReportedNamingShardFileAndOffset) {

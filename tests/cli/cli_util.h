@@ -1,11 +1,15 @@
 // tests/cli/cli_util.h — run the zinf binary and capture what it prints.
 #pragma once
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace zinf::testing {
 
@@ -32,6 +36,40 @@ inline CommandResult RunZinf(const std::string& args, const std::string& tmpdir)
     fclose(e);
   }
   return r;
+}
+
+// Starts `ZINF_BINARY args...` in the background with stdout to a pipe (*out_fd, the caller
+// reads and closes it) and stderr to err_path, SIGINT and SIGTERM at their defaults and
+// unblocked; returns its pid (-1 on failure).
+inline pid_t SpawnZinf(std::vector<std::string> args, const std::string& err_path, int* out_fd) {
+  args.insert(args.begin(), ZINF_BINARY);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[1], STDOUT_FILENO);
+    close(p[0]);
+    close(p[1]);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (err >= 0) dup2(err, STDERR_FILENO);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(p[1]);
+  if (pid < 0) {
+    close(p[0]);
+    return -1;
+  }
+  *out_fd = p[0];
+  return pid;
 }
 
 }  // namespace zinf::testing

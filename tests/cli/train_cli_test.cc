@@ -306,37 +306,18 @@ TEST(TrainCliTest, PlacementsAgreeAndOnlyNvmeTouchesTheDisk) {
 // the weights saved.
 TEST(TrainCliTest, InterruptEndsTheRunCleanly) {
   TempDir dir;
-  int out_pipe[2];
-  ASSERT_EQ(pipe(out_pipe), 0);
   const std::string err_path = dir / "stderr.txt", swap = dir / "swap",
                     save = dir / "w.safetensors", summary = dir / "summary.json",
                     lpath = dir / "losses.jsonl";
-  std::vector<std::string> args = {ZINF_BINARY, "train", "--layers", "2", "--width", "32",
+  std::vector<std::string> args = {"train", "--layers", "2", "--width", "32",
                                    "--heads", "4", "--seq-len", "16", "--vocab", "64",
                                    "--batch", "4", "--steps", "2000", "--device-budget", "4M",
                                    "--pinned-budget", "16M", "--synthetic-bytes", "65536",
                                    "--offload", "nvme", "--swap-dir", swap, "--save", save,
                                    "--summary-json", summary, "--losses", lpath};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    // The child: stdout to the pipe, stderr to a file, SIGINT at its default and unblocked.
-    dup2(out_pipe[1], STDOUT_FILENO);
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (err >= 0) dup2(err, STDERR_FILENO);
-    signal(SIGINT, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(out_pipe[1]);
+  int out_fd = -1;
+  const pid_t pid = testing::SpawnZinf(args, err_path, &out_fd);
+  ASSERT_GT(pid, 0);
   std::string out;
   bool sent = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -346,10 +327,10 @@ TEST(TrainCliTest, InterruptEndsTheRunCleanly) {
       ADD_FAILURE() << "zinf train did not end within 60 s of starting; output:\n" << out;
       break;
     }
-    pollfd p{out_pipe[0], POLLIN, 0};
+    pollfd p{out_fd, POLLIN, 0};
     if (poll(&p, 1, 200) <= 0) continue;
     char buf[4096];
-    const ssize_t n = read(out_pipe[0], buf, sizeof buf);
+    const ssize_t n = read(out_fd, buf, sizeof buf);
     if (n <= 0) break;  // EOF: the child closed stdout (exited)
     out.append(buf, static_cast<size_t>(n));
     if (!sent && out.find("step ") != std::string::npos &&
@@ -358,7 +339,7 @@ TEST(TrainCliTest, InterruptEndsTheRunCleanly) {
       sent = true;
     }
   }
-  close(out_pipe[0]);
+  close(out_fd);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   const std::string err = ReadFile(err_path);

@@ -1,0 +1,139 @@
+// src/train/checkpoint.h — `zinf train`'s checkpoints: writing them while training goes on
+// (Checkpointer) and starting a run from one (the resume functions), in the format of
+// src/ckpt/manifest.h.
+//
+// Contract.
+// - A checkpoint after step s records the trainer's state (TrainerState: steps run, optimizer
+//   steps applied and skipped, the clip coefficient zinf.overlap_adam carries, the loss
+//   scaler, the training data's position and fingerprint), the run's effective config (which a
+//   resume starts from), and every unit's optimizer state as F32 shards: "master", "exp_avg",
+//   "exp_avg_sq". The 16-bit working weights are not stored: a resume recomputes them from the
+//   master weights, which is what the optimizer writes (bit for bit).
+// - Optimizer state on NVMe is not copied: the manifest names the extents of the run's swap file
+//   that hold it (the executor's current generation, left untouched by later steps until a newer
+//   checkpoint is committed), made durable by fdatasync. State in memory is written to
+//   "state.bin" in the checkpoint directory (written whole or not at all: src/base/atomic_file).
+// - Save() hands the commit to a writer thread and returns: data written and synced, the
+//   manifest committed atomically, the root's directory synced, then committed checkpoints
+//   beyond `keep` deleted (oldest first) with any uncommitted leftovers. Training goes on
+//   meanwhile; the executor's next optimizer step waits for the commit
+//   (LayerExecutor::HoldStateUntil), so nothing a committing or committed checkpoint names is
+//   overwritten, and a failed commit stops training with its error. When a step is still
+//   running its optimizer (asynchronous NVMe step), the commit starts when it ends.
+//   Wait() waits for the commit in progress and returns its status (and the first error of
+//   any earlier one).
+// - Create() makes the root and refuses one that holds committed checkpoints unless the run
+//   resumes from one of them and none is newer than it (a fresh run, or a resume of an older
+//   one, would make them stale or overwrite them).
+// - Resume: ReadForResume resolves and reads the checkpoint (the latest committed under a root,
+//   or the one named); CheckResumable compares it with the run (the model, the precision and the
+//   placement of the optimizer state must match; the swap files it names must be the run's own;
+//   other differences are logged: the run then does not match an uninterrupted one bit for
+//   bit); TrainerStateOf reads the trainer's state back; RestoreOptimizerState reads every
+//   unit's shards, checks their hashes and puts them back into the executor.
+//
+// Thread-safety: a Checkpointer is driven by one thread (the trainer's); its writer thread
+// only reads what the executor handed over for the checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "src/ckpt/manifest.h"
+#include "src/config/config.h"
+#include "src/train/executor.h"
+#include "src/train/loss_scaler.h"
+#include "src/train/token_file.h"
+#include "zinf/status.h"
+
+namespace zinf::train {
+
+inline constexpr char kStateFileName[] = "state.bin";
+
+struct TrainerState {
+  uint64_t step = 0;     // steps run, applied and skipped (the next is step + 1)
+  uint64_t applied = 0;  // optimizer steps applied (the schedule's and Adam's step count)
+  uint64_t skipped = 0;
+  double prev_clip = 1.0;  // zinf.overlap_adam clips with the previous step's coefficient
+  LossScalerState scaler;
+  uint64_t data_position = 0;  // the next training batch
+  DataSource data;
+};
+
+// What the run read and how, outside the config: a resume given no data flags reads the same.
+struct RecordedRun {
+  uint64_t steps_total = 0;      // --steps (the schedule's length)
+  std::string data, val_data;    // absolute paths; "" for the synthetic corpus / the data's tail
+  std::string data_format = "auto";
+  uint64_t synthetic_bytes = 0;
+  double val_fraction = 0.1;
+  uint64_t eval_every = 0;
+  uint32_t eval_batches = 4;
+};
+
+struct CheckpointerOptions {
+  std::string root;
+  uint32_t keep = 1;
+  Config config;             // the run's (Config::ToJson is recorded, without resume)
+  RecordedRun run;
+  bool state_on_nvme = false;
+  std::vector<std::string> swap_files;  // the run's, absolute (state_on_nvme)
+  // The checkpoint the run resumed from, when it lies under root (it and older ones may stay).
+  std::optional<uint64_t> resumed_step;
+};
+
+struct CheckpointStats {
+  uint64_t committed = 0;      // checkpoints committed
+  uint64_t last_step = 0;      // of the last one committed
+  std::string last_dir;
+  double writer_seconds = 0;   // on the writer thread, all checkpoints
+  double last_writer_seconds = 0;
+  uint64_t bytes_written = 0;  // data files (state in memory); NVMe state is not copied
+};
+
+class Checkpointer {
+ public:
+  static Result<std::unique_ptr<Checkpointer>> Create(const CheckpointerOptions& options);
+  ~Checkpointer();  // waits for the writer
+
+  // Starts the checkpoint of `state` and the executor's optimizer state after its last step.
+  Status Save(LayerExecutor& executor, const TrainerState& state);
+  Status Wait();
+  CheckpointStats stats() const { return stats_; }
+
+ private:
+  explicit Checkpointer(CheckpointerOptions o) : options_(std::move(o)) {}
+  struct Job;
+  Status Write(const Job& job, const std::vector<UnitState>& units, double* seconds,
+               uint64_t* bytes);
+  Status Prune(uint64_t newest_step);
+
+  CheckpointerOptions options_;
+  LayerExecutor* executor_ = nullptr;  // of the checkpoint waiting for its step
+  bool waiting_for_step_ = false;
+  std::shared_future<Status> commit_;
+  std::optional<uint64_t> commit_step_;
+  std::string commit_dir_;
+  double commit_seconds_ = 0;
+  uint64_t commit_bytes_ = 0;
+  CheckpointStats stats_;
+};
+
+Result<ckpt::Manifest> ReadForResume(const std::string& path);
+Status CheckResumable(const ckpt::Manifest& manifest, const Config& config,
+                      const std::vector<std::string>& swap_files);
+Result<TrainerState> TrainerStateOf(const ckpt::Manifest& manifest);
+Status RestoreOptimizerState(LayerExecutor& executor, const ckpt::Manifest& manifest);
+// The config the checkpoint's run had (its "training.config"), read onto `base`.
+Result<Config> ConfigOf(const ckpt::Manifest& manifest, const Config& base);
+// The total steps the checkpoint's run was asked for, its data and evaluation options
+// (training.run).
+Result<RecordedRun> RecordedRunOf(const ckpt::Manifest& manifest);
+
+}  // namespace zinf::train

@@ -1,0 +1,214 @@
+#include "src/train/executor.h"
+
+// The layer executor's optimizer state for checkpoints: what a checkpoint records
+// (CheckpointState), putting it back (RestoreState), and the generations that keep a
+// checkpoint's NVMe extents untouched.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "kernels/cpu/cast.h"
+#include "src/base/hash.h"
+#include "src/train/executor_internal.h"
+
+namespace zinf::train {
+
+using namespace detail;  // NOLINT: the executor's own helpers
+
+namespace {
+
+constexpr const char* kRoleNames[offload::kStateRoles] = {"master", "exp_avg", "exp_avg_sq"};
+
+// The xxHash64 of `bytes` zero bytes (the moments after SetUnitWeights).
+uint64_t ZeroHash(uint64_t bytes) {
+  static const std::vector<uint8_t> zeros(1 << 16, 0);
+  Xxh64Stream s;
+  while (bytes > 0) {
+    const uint64_t b = std::min<uint64_t>(bytes, zeros.size());
+    s.Update(zeros.data(), b);
+    bytes -= b;
+  }
+  return s.Digest();
+}
+
+}  // namespace
+
+const offload::Extent& LayerExecutor::StateExtent(uint32_t unit, int role) const {
+  return state_ext_[cur_gen_[unit]][unit][role];
+}
+
+bool LayerExecutor::TakeUnprotectedGeneration(uint32_t unit) {
+  if (protected_gen_[unit] != cur_gen_[unit] || state_ext_[1].empty()) return false;
+  cur_gen_[unit] ^= 1;
+  return true;
+}
+
+void LayerExecutor::NoteWeightsSet(uint32_t unit, const float* master) {
+  const uint64_t n = dims_.UnitParams(unit);
+  if (!options_.optimizer_on_nvme) {
+    hashes_known_[unit] = 0;  // memory is hashed when a checkpoint writes it
+    return;
+  }
+  const uint64_t zero = ZeroHash(4 * n);
+  hashes_[unit] = {Xxh64(master, 4 * n), zero, zero};
+  hashes_known_[unit] = 1;
+}
+
+Status LayerExecutor::ReadStateRole(uint32_t unit, int role, uint8_t* dst) {
+  const uint64_t n = dims_.UnitParams(unit);
+  const offload::Extent& e = StateExtent(unit, role);
+  return rt_.swap->engine().Read(rt_.swap->file(), e.offset, dst, rt_.swap->Padded(4 * n));
+}
+
+Status LayerExecutor::RequestCheckpoint(CheckpointReadyFn ready) {
+  if (pending_checkpoint_)
+    return FailedPrecondition("a checkpoint is already waiting for the step");
+  if (opt_running_) {
+    pending_checkpoint_ = std::move(ready);
+    return Status::Ok();
+  }
+  ready(TakeCheckpointState());
+  return Status::Ok();
+}
+
+Status LayerExecutor::SyncState() const {
+  return rt_.swap != nullptr ? rt_.swap->Sync() : Status::Ok();
+}
+
+Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState() {
+  std::vector<UnitState> out;
+  const uint32_t units = dims_.units();
+  if (options_.optimizer_on_nvme) {
+    if (state_ext_[1].empty()) {
+      return FailedPrecondition(
+          "a checkpoint of optimizer state on NVMe needs two generations of it "
+          "(ExecutorOptions::state_generations)");
+    }
+    // Units whose state no step hashed (a step without HashNextOptimizerStep): read back.
+    uint8_t* slab = BounceBuffer();
+    for (uint32_t u = 0; u < units; ++u) {
+      if (hashes_known_[u]) continue;
+      const uint64_t n = dims_.UnitParams(u);
+      for (int r = 0; r < offload::kStateRoles; ++r) {
+        ZINF_RETURN_IF_ERROR(ReadStateRole(u, r, slab));
+        hashes_[u][r] = Xxh64(slab, 4 * n);
+      }
+      hashes_known_[u] = 1;
+    }
+    for (uint32_t u = 0; u < units; ++u) {
+      protected_gen_[u] = static_cast<int8_t>(cur_gen_[u]);
+      UnitState s;
+      s.unit = u;
+      s.n = dims_.UnitParams(u);
+      s.extents = state_ext_[cur_gen_[u]][u];
+      s.hashes = hashes_[u];
+      out.push_back(s);
+    }
+    return out;
+  }
+  for (uint32_t u = 0; u < units; ++u) {
+    UnitState s;
+    s.unit = u;
+    s.n = dims_.UnitParams(u);
+    s.arrays = {master_[u].data(), exp_avg_[u].data(), exp_avg_sq_[u].data()};
+    out.push_back(s);  // hashes: computed by whoever writes the arrays
+  }
+  return out;
+}
+
+Status LayerExecutor::RestoreUnit(const UnitState& s) {
+  ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  ZINF_RETURN_IF_ERROR(WaitStateHold());
+  const uint32_t count = dims_.units();
+  if (s.unit >= count) {
+    return InvalidArgument(
+        fmt::format("restore: unit {} out of range (the model has {})", s.unit, count));
+  }
+  const uint32_t u = s.unit;
+  const uint64_t n = dims_.UnitParams(u);
+  if (s.n != n) {
+    return InvalidArgument(
+        fmt::format("restore: unit {} ({}) has {} parameters, the state "
+                    "given {}",
+                    u, dims_.UnitName(u), n, s.n));
+  }
+  auto mismatch = [&](int r, uint64_t got, const std::string& where) {
+    return DataLoss(fmt::format(
+        "optimizer state of unit {} ({}), {}: xxHash64 {} where the checkpoint recorded {} "
+        "({}): the data is corrupt; nothing was trained on it",
+        u, dims_.UnitName(u), kRoleNames[r], Xxh64Hex(got), Xxh64Hex(s.hashes[r]), where));
+  };
+  uint16_t* p16 = p16_staging_.data();
+  if (options_.optimizer_on_nvme) {
+    if (s.arrays[0] != nullptr) {
+      return InvalidArgument(fmt::format(
+          "restore: unit {} comes as arrays but this run keeps the optimizer state on NVMe", u));
+    }
+    int gen = -1;
+    for (int g = 0; g < 2 && gen < 0; ++g) {
+      if (state_ext_[g].empty()) continue;
+      bool same = true;
+      for (int r = 0; r < offload::kStateRoles; ++r) {
+        same = same && state_ext_[g][u][r].offset == s.extents[r].offset &&
+               state_ext_[g][u][r].bytes == s.extents[r].bytes;
+      }
+      if (same) gen = g;
+    }
+    if (gen < 0) {
+      return InvalidArgument(fmt::format(
+          "restore: unit {} ({}): the checkpoint's master extent (offset {}, {} bytes) is not "
+          "where this run keeps that unit's optimizer state; the model, the swap file or "
+          "zinf.checkpoint settings differ from the run that wrote the checkpoint",
+          u, dims_.UnitName(u), s.extents[0].offset, s.extents[0].bytes));
+    }
+    cur_gen_[u] = static_cast<uint8_t>(gen);
+    protected_gen_[u] = static_cast<int8_t>(gen);
+    uint8_t* slab = BounceBuffer();
+    const auto layout = pipeline_->LayoutFor(n);
+    const uint64_t at[offload::kStateRoles] = {layout.master, layout.exp_avg, layout.exp_avg_sq};
+    for (int r = 0; r < offload::kStateRoles; ++r) {
+      ZINF_RETURN_IF_ERROR(ReadStateRole(u, r, slab + at[r]));
+      const uint64_t got = Xxh64(slab + at[r], 4 * n);
+      if (got != s.hashes[r]) {
+        return mismatch(r, got,
+                        fmt::format("{} at offset {}", rt_.swap->swap_file().members()[0]->path(),
+                                    s.extents[r].offset));
+      }
+    }
+    p16 = reinterpret_cast<uint16_t*>(slab + layout.param16);
+    ZINF_RETURN_IF_ERROR(kernels::CastFromF32(reinterpret_cast<const float*>(slab + layout.master),
+                                              p16, options_.param16_type, n));
+    hashes_[u] = s.hashes;
+    hashes_known_[u] = 1;
+  } else {
+    std::vector<float>* dst[offload::kStateRoles] = {&master_[u], &exp_avg_[u], &exp_avg_sq_[u]};
+    for (int r = 0; r < offload::kStateRoles; ++r) {
+      if (s.arrays[r] == nullptr) {
+        return InvalidArgument(fmt::format(
+            "restore: unit {} names NVMe extents but this run keeps the optimizer state in "
+            "memory",
+            u));
+      }
+      const uint64_t got = Xxh64(s.arrays[r], 4 * n);
+      if (got != s.hashes[r]) {
+        return mismatch(r, got, s.sources[r].empty() ? std::string("as read from the checkpoint")
+                                                     : "as read from " + s.sources[r]);
+      }
+    }
+    for (int r = 0; r < offload::kStateRoles; ++r) {
+      std::memcpy(dst[r]->data(), s.arrays[r], 4 * n);
+    }
+    ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master_[u].data(), p16, options_.param16_type, n));
+    hashes_known_[u] = 0;
+  }
+  ZINF_RETURN_IF_ERROR(rt_.tiers->WriteHome(p16_[u], p16));
+  moments_zero_at_home_ = false;
+  return Status::Ok();
+}
+
+std::vector<std::string> LayerExecutor::SwapFilePaths() const {
+  if (rt_.swap == nullptr) return {};
+  return rt_.swap->Paths();
+}
+
+}  // namespace zinf::train

@@ -1,0 +1,143 @@
+// Checkpoints under I/O faults (src/train/checkpoint.h through train::Train): ENOSPC or EIO on
+// every NVMe write from some step on — the gradients' and the optimizer's write-back — stops
+// training with that error; the last committed checkpoint still verifies, and a resume from it
+// runs to the end bit for bit as a run that met no fault.
+#include "src/train/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "io/fault_backend.h"
+#include "src/ckpt/manifest.h"
+#include "src/train/trainer.h"
+#include "tests/test_util.h"
+
+namespace zinf::train {
+namespace {
+
+constexpr uint64_t kSteps = 6;
+
+Config Offloaded(const std::string& swap_dir) {
+  std::filesystem::create_directories(swap_dir);
+  Config c;
+  c.zinf.model = {.layers = 2, .width = 32, .heads = 4, .seq_len = 16, .vocab = 64};
+  c.train.train_micro_batch_size_per_gpu = 4;
+  c.train.gradient_clipping = 1.0;
+  c.optimizer.lr = 3e-3;
+  c.zinf.adam_threads = 2;
+  c.zero.offload_param = {.device = OffloadDevice::kNvme, .nvme_path = swap_dir};
+  c.zero.offload_optimizer = {.device = OffloadDevice::kNvme, .nvme_path = swap_dir};
+  c.zinf.budgets.device_bytes = 4 << 20;
+  c.zinf.budgets.pinned_bytes = 16 << 20;
+  return c;
+}
+
+TrainOptions Options(const Config& c, const std::string& dir, const std::string& tag) {
+  TrainOptions o;
+  o.config = c;
+  o.steps = kSteps;
+  o.synthetic_bytes = 64 << 10;
+  o.losses_path = dir + "/" + tag + ".losses";
+  o.save_path = dir + "/" + tag + ".safetensors";
+  o.device = DeviceKind::kHost;
+  return o;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The losses lines without their times.
+std::vector<std::string> Losses(const std::vector<std::string>& paths) {
+  std::vector<std::string> r;
+  for (const auto& p : paths) {
+    std::ifstream in(p);
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      j.erase("seconds");
+      r.push_back(j.dump());
+    }
+  }
+  return r;
+}
+
+struct Fault {
+  int err;
+  const char* message;
+};
+
+class CheckpointFaultTest : public ::testing::TestWithParam<Fault> {};
+
+TEST_P(CheckpointFaultTest, AWriteFaultStopsTrainingAndTheLastCheckpointResumes) {
+  const Fault fault = GetParam();
+  testing::TempDir dir;
+  // The run that meets no fault.
+  auto ref = Train(Options(Offloaded(dir / "ref-swap"), dir.path(), "ref"));
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+
+  // Checkpoints every 2 steps; from the end of step 3 on every NVMe write fails.
+  Config c = Offloaded(dir / "swap");
+  c.zinf.checkpoint.dir = dir / "ckpt";
+  c.zinf.checkpoint.every = 2;
+  TrainOptions o = Options(c, dir.path(), "faulty");
+  std::atomic<bool> armed{false};
+  std::atomic<uint64_t> steps_reported{0};
+  io::FaultInjectingBackend* injector = nullptr;
+  o.progress = [&](const std::string&) {
+    if (steps_reported.fetch_add(1) + 1 == 3) armed.store(true);
+  };
+  o.wrap_backend = [&](std::unique_ptr<io::Backend> inner) -> std::unique_ptr<io::Backend> {
+    auto b = std::make_unique<io::FaultInjectingBackend>(
+        std::move(inner), [&armed, err = fault.err](const io::Piece& p) {
+          io::Fault f;
+          if (armed.load() && p.op == io::OpKind::kWrite) f = {.kind = io::Fault::kErrno, .err = err};
+          return f;
+        });
+    injector = b.get();
+    return b;
+  };
+  auto failed = Train(o);
+  ASSERT_FALSE(failed.ok()) << "training went on through failed writes";
+  EXPECT_NE(failed.status().ToString().find(fault.message), std::string::npos)
+      << failed.status().ToString();
+  ASSERT_NE(injector, nullptr);
+  EXPECT_GT(injector->counts().errors, 0u) << "no fault was injected";
+  // No step after the fault was reported as done: the run stopped in step 4.
+  EXPECT_EQ(steps_reported.load(), 3u);
+
+  // The checkpoint of step 2 is the latest committed one, and every checksum holds.
+  auto latest = ckpt::Resolve(dir / "ckpt");
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  auto m = ckpt::Read(*latest);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->step, 2u);
+  Status v = ckpt::Verify(*m);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+
+  // Resumed without faults, it ends as the run that met none, bit for bit.
+  Config rc = c;
+  rc.zinf.checkpoint.resume = *latest;
+  TrainOptions ro = Options(rc, dir.path(), "resumed");
+  auto resumed = Train(ro);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(resumed->resumed_from_step, 2u);
+  std::vector<std::string> want = Losses({dir / "ref.losses"});
+  want.erase(want.begin(), want.begin() + 2);
+  EXPECT_EQ(Losses({dir / "resumed.losses"}), want);
+  EXPECT_TRUE(Slurp(dir / "resumed.safetensors") == Slurp(dir / "ref.safetensors"));
+}
+
+INSTANTIATE_TEST_SUITE_P(EnospcAndEio, CheckpointFaultTest,
+                         ::testing::Values(Fault{ENOSPC, "No space left on device"},
+                                           Fault{EIO, "Input/output error"}),
+                         [](const auto& info) { return info.param.err == ENOSPC ? "ENOSPC" : "EIO"; });
+
+}  // namespace
+}  // namespace zinf::train
