@@ -1,6 +1,7 @@
 #include "src/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "src/base/atomic_file.h"
 #include "src/base/hash.h"
 #include "src/base/log.h"
+#include "src/base/units.h"
 
 namespace zinf::train {
 namespace {
@@ -142,6 +144,24 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointerOpt
           "zinf.checkpoint.dir: {} holds checkpoints newer than step {}, the one resumed: {}; "
           "this run would overwrite them. Remove them, or give another --checkpoint-dir",
           o.root, *o.resumed_step, newer));
+    }
+  }
+  if (o.bytes_per_checkpoint > 0) {
+    // Checkpoints already there count against `keep`; the one being written comes on top.
+    const uint64_t kept = std::min<uint64_t>(committed.size(), o.keep);
+    const uint64_t need = (o.keep + 1 - kept) * o.bytes_per_checkpoint;
+    struct statvfs v {};
+    if (::statvfs(o.root.c_str(), &v) != 0) return Status::FromErrno(errno, "statvfs " + o.root);
+    const uint64_t free_bytes = static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+    if (free_bytes < need) {
+      return ResourceExhausted(fmt::format(
+          "zinf.checkpoint.dir: {} has {} bytes ({}) free; {} more checkpoints of {} bytes ({}) "
+          "each need {} bytes ({}) (zinf.checkpoint.keep {} kept, plus the one being written, "
+          "less the {} already there); free space, lower --keep-checkpoints, or give another "
+          "--checkpoint-dir",
+          o.root, free_bytes, FormatBytesHuman(free_bytes), o.keep + 1 - kept,
+          o.bytes_per_checkpoint, FormatBytesHuman(o.bytes_per_checkpoint), need,
+          FormatBytesHuman(need), o.keep, kept));
     }
   }
   return std::unique_ptr<Checkpointer>(new Checkpointer(o));

@@ -24,7 +24,8 @@
 //   any earlier one).
 // - Create() makes the root and refuses one that holds committed checkpoints unless the run
 //   resumes from one of them and none is newer than it (a fresh run, or a resume of an older
-//   one, would make them stale or overwrite them).
+//   one, would make them stale or overwrite them), and one whose file system lacks the room for
+//   the checkpoints kept plus the one being written (ResourceExhausted with the numbers).
 // - Resume: ReadForResume resolves and reads the checkpoint (the latest committed under a root,
 //   or the one named); CheckResumable compares it with the run (the model, the precision and the
 //   placement of the optimizer state must match; the swap files it names must be the run's own;
@@ -82,6 +83,10 @@ struct CheckpointerOptions {
   uint32_t keep = 1;
   Config config;             // the run's (Config::ToJson is recorded, without resume)
   RecordedRun run;
+  // Bytes one checkpoint writes (state in memory: its state.bin; 0 when the state is on NVMe,
+  // whose room the swap file reserves): Create refuses a root whose file system cannot hold
+  // `keep` of them plus the one being written.
+  uint64_t bytes_per_checkpoint = 0;
   bool state_on_nvme = false;
   std::vector<std::string> swap_files;  // the run's, absolute (state_on_nvme)
   // The checkpoint the run resumed from, when it lies under root (it and older ones may stay).

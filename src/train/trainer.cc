@@ -263,6 +263,12 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                                         .val_fraction = opt.val_fraction,
                                                         .eval_every = opt.eval_every,
                                                         .eval_batches = opt.eval_batches},
+                                                // state.bin (12 bytes a parameter) and
+                                                // room for its manifest
+                                                .bytes_per_checkpoint =
+                                                    eo.optimizer_on_nvme
+                                                        ? 0
+                                                        : 12 * dims.TotalParams() + (64 << 10),
                                                 .state_on_nvme = eo.optimizer_on_nvme,
                                                 .swap_files = ex->SwapFilePaths(),
                                                 .resumed_step = resumed_step}));

@@ -427,28 +427,65 @@ TEST(CheckpointKillTest, RandomKillsThenResumeMatchTheUninterruptedRun) {
   }
 }
 
-// A full disk while committing (the checkpoint root on a small tmpfs: state.bin does not fit the
-// second time): the run stops with the error, and the first checkpoint verifies and resumes.
-TEST(CheckpointDiskFullTest, AFullDiskDuringACommitStopsTheRunAndKeepsThePreviousCheckpoint) {
+// A checkpoint root without room for the checkpoints kept plus the one being written is refused
+// at start with the numbers; a disk that fills up during the run (the checkpoint root on a small
+// tmpfs, filled after the first commit) stops the run at its next commit with the error, and the
+// first checkpoint still resumes.
+TEST(CheckpointDiskFullTest, TooLittleRoomIsRefusedAtStartAFullDiskStopsTheRun) {
   TempDir dir;
   const std::string root = dir / "small";
-  testing::ScopedTmpfs fs_small(root, "600k");
-  if (!fs_small.mounted()) GTEST_SKIP() << "mounting a tmpfs is not permitted here";
-  // One checkpoint of --offload cpu state is 28,032 * 12 bytes = 336 KiB: one fits, two do not.
-  auto r = RunZinf(Tiny(4) + " --offload cpu --checkpoint-dir " + root + "/ckpt" +
-                       " --checkpoint-every 1 --keep-checkpoints 2",
-                   dir.path());
-  EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
-  EXPECT_LE(ProgressLines(r.out).size(), 3u) << "training went on after the failed commit";
+  testing::ScopedTmpfs small(root, "900k");
+  if (!small.mounted()) GTEST_SKIP() << "mounting a tmpfs is not permitted here";
+  // One checkpoint of --offload cpu state: 28,032 * 12 bytes = 328.5 KiB, and 64 KiB for its
+  // manifest: two need 785 KiB, three 1.15 MiB.
+  auto refused = RunZinf(Tiny(4) + " --offload cpu --checkpoint-dir " + root + "/ckpt" +
+                             " --keep-checkpoints 2",
+                         dir.path());
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_EQ(ProgressLines(refused.out).size(), 0u);
+  EXPECT_NE(refused.err.find("ResourceExhausted"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find(std::to_string(3 * (12 * kParams + (64 << 10)))), std::string::npos)
+      << refused.err;
+
+  // Slow copies (a 1 MB/s device link): a step takes about half a second.
+  int fd = -1;
+  const pid_t pid = testing::SpawnZinf(
+      Split(Tiny(40) + " --offload cpu --h2d-gbps 0.001 --checkpoint-dir " + root + "/ckpt" +
+            " --checkpoint-every 1"),
+      dir / "err.txt", &fd);
+  ASSERT_GT(pid, 0);
+  const std::string first = root + "/ckpt/step-0000000001/manifest.json";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(first) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(fs::exists(first));
+  {
+    // Fill what is left.
+    std::ofstream filler(root + "/filler", std::ios::binary);
+    const std::string mib(1 << 16, 'f');
+    while (filler.write(mib.data(), static_cast<std::streamsize>(mib.size()))) {
+    }
+  }
+  const std::string out = Drain(fd);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const std::string err = ReadFile(dir / "err.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out << err;
+  EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+  EXPECT_LT(ProgressLines(out).size(), 40u) << "training went on after the failed commit";
+  fs::remove(root + "/filler");
   const auto cks = Checkpoints(root + "/ckpt");
-  ASSERT_EQ(cks.size(), 1u);
-  EXPECT_EQ(fs::path(cks.back()).filename(), "step-0000000001");
-  // It resumes (into a checkpoint root with room) and completes.
-  auto resumed = RunZinf("train --resume " + cks.back() + " --checkpoint-dir " + dir / "big",
+  ASSERT_GE(cks.size(), 1u);
+  // The last committed one verifies and resumes (into a root with room) to the end.
+  const uint64_t at = ReadJson(cks.back() + "/manifest.json")["step"].get<uint64_t>();
+  auto resumed = RunZinf("train --resume " + cks.back() + " --checkpoint-dir " + dir / "big" +
+                             " --h2d-gbps 0",
                          dir.path());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_NE(resumed.out.find("(resumed from step 1)"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("(resumed from step " + std::to_string(at) + ")"), std::string::npos)
+      << resumed.out;
 }
 
 }  // namespace
