@@ -18,5 +18,6 @@ void RegisterTune(CLI::App& app, int& exit_code);
 void RegisterBenchAdam(CLI::App& app, int& exit_code);
 void RegisterBenchSwap(CLI::App& app, int& exit_code);
 void RegisterTrain(CLI::App& app, int& exit_code);
+void RegisterCkpt(CLI::App& app, int& exit_code);
 
 }  // namespace zinf::tools

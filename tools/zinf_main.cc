@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   zinf::tools::RegisterBenchAdam(app, exit_code);
   zinf::tools::RegisterBenchSwap(app, exit_code);
   zinf::tools::RegisterTrain(app, exit_code);
+  zinf::tools::RegisterCkpt(app, exit_code);
 
   try {
     app.parse(argc, argv);

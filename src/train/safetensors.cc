@@ -178,7 +178,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
       return bad(fmt::format("tensor {}: shape {} × {} overflows 64 bits", Quoted(t.name),
                              ShapeText(t.shape), DtypeName(t.dtype)));
     }
-    if (sizes[i] > 0 && t.data == nullptr) {
+    if (sizes[i] > 0 && t.data == nullptr && !t.fill) {
       return bad(fmt::format("tensor {}: data is null for {} bytes", Quoted(t.name), sizes[i]));
     }
   }
@@ -220,7 +220,23 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   ZINF_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::Create(path));
   ZINF_RETURN_IF_ERROR(out.Append(length, 8));
   ZINF_RETURN_IF_ERROR(out.Append(text.data(), text.size()));
-  for (size_t i : order) ZINF_RETURN_IF_ERROR(out.Append(tensors[i].data, sizes[i]));
+  std::vector<unsigned char> buffer;
+  for (size_t i : order) {
+    const TensorToWrite& t = tensors[i];
+    if (t.data != nullptr || sizes[i] == 0) {
+      ZINF_RETURN_IF_ERROR(out.Append(t.data, sizes[i]));
+      continue;
+    }
+    buffer.resize(static_cast<size_t>(std::min<uint64_t>(kSafetensorsFillBytes, sizes[i])));
+    for (uint64_t at = 0; at < sizes[i];) {
+      const uint64_t n = std::min<uint64_t>(buffer.size(), sizes[i] - at);
+      ZINF_RETURN_IF_ERROR(t.fill(buffer.data(), at, n)
+                               .WithContext(fmt::format("write safetensors {}: tensor {}", path,
+                                                        Quoted(t.name))));
+      ZINF_RETURN_IF_ERROR(out.Append(buffer.data(), n));
+      at += n;
+    }
+  }
   return out.Commit();
 }
 

@@ -40,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -77,12 +78,17 @@ Result<Dtype> ParseDtype(std::string_view name);
 using SafetensorsMetadata = std::map<std::string, std::string>;
 
 // One tensor to write: `data` holds DtypeSize(dtype) × product(shape) bytes (product of no
-// dims is 1: a scalar); it may be null when that is 0.
+// dims is 1: a scalar); it may be null when that is 0. Or, with `data` null, `fill` streams
+// them: called in order for consecutive pieces of at most kSafetensorsFillBytes, it writes
+// `bytes` bytes of the tensor from byte `offset` into dst (a file is written tensor after
+// tensor through one buffer of that size, whatever the tensors' size).
+inline constexpr uint64_t kSafetensorsFillBytes = 8 << 20;
 struct TensorToWrite {
   std::string name;
   Dtype dtype = Dtype::kF32;
   std::vector<uint64_t> shape;
   const void* data = nullptr;
+  std::function<Status(void* dst, uint64_t offset, uint64_t bytes)> fill;
 };
 
 Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,

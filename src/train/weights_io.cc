@@ -68,9 +68,13 @@ Status SaveWeights(LayerExecutor& executor, const std::string& path) {
       tensors.push_back({t.name, Dtype::kF32, shape, units[u].data() + t.offset});
     }
   }
+  return WriteSafetensors(path, tensors, WeightsMetadata(d));
+}
+
+SafetensorsMetadata WeightsMetadata(const GptDims& d) {
   SafetensorsMetadata meta = {{"format", "pt"}, {"written_by", "zinf " ZINF_VERSION}};
   for (const SizeKey& k : kSizeKeys) meta[k.metadata_key] = std::to_string(d.*k.dim);
-  return WriteSafetensors(path, tensors, meta);
+  return meta;
 }
 
 Result<RecordedModel> ReadRecordedModel(const std::string& path) {

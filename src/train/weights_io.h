@@ -25,6 +25,7 @@
 #include <string>
 
 #include "src/train/executor.h"
+#include "src/train/safetensors.h"
 #include "zinf/status.h"
 
 namespace zinf::train {
@@ -37,6 +38,8 @@ struct RecordedModel {
 };
 
 Status SaveWeights(LayerExecutor& executor, const std::string& path);
+// The metadata SaveWeights writes: format, writer, and the model sizes.
+SafetensorsMetadata WeightsMetadata(const GptDims& dims);
 Result<RecordedModel> ReadRecordedModel(const std::string& path);
 Status LoadWeights(LayerExecutor& executor, const std::string& path);
 

@@ -1,0 +1,176 @@
+#include "src/train/checkpoint_export.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/cast.h"
+#include "src/base/atomic_file.h"
+#include "src/base/units.h"
+#include "src/train/checkpoint.h"
+#include "src/train/gpt.h"
+#include "src/train/weights_io.h"
+
+namespace zinf::train {
+namespace {
+
+constexpr const char* kRoleNames[3] = {"master", "exp_avg", "exp_avg_sq"};
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+Result<GptDims> DimsOf(const ckpt::Manifest& m) {
+  ZINF_ASSIGN_OR_RETURN(Config c, ConfigOf(m, Config{}));
+  return GptDims::FromConfig(c.zinf.model);
+}
+
+// Every unit's master, exp_avg and exp_avg_sq shard, checked against the model.
+Result<std::vector<std::array<const ckpt::ShardEntry*, 3>>> StateShards(const ckpt::Manifest& m,
+                                                                       const GptDims& d) {
+  std::vector<std::array<const ckpt::ShardEntry*, 3>> by_unit(d.units(), {nullptr, nullptr, nullptr});
+  for (const ckpt::ShardEntry& s : m.shards) {
+    for (int r = 0; r < 3; ++r) {
+      if (s.role != kRoleNames[r]) continue;
+      if (s.unit >= d.units() || s.dtype != "F32" || s.length != 4 * d.UnitParams(s.unit)) {
+        return DataLoss(fmt::format(
+            "{}/manifest.json: shard {} of unit {} ({} bytes of {}) does not fit the model "
+            "({} units; expected F32 of 4 bytes a parameter)",
+            m.dir, s.role, s.unit, s.length, s.dtype, d.units()));
+      }
+      by_unit[s.unit][r] = &s;
+    }
+  }
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    for (int r = 0; r < 3; ++r) {
+      if (by_unit[u][r] == nullptr) {
+        return DataLoss(fmt::format("{}/manifest.json: no {} shard for unit {} ({})", m.dir,
+                                    kRoleNames[r], u, d.UnitName(u)));
+      }
+    }
+  }
+  return by_unit;
+}
+
+// Open files, one descriptor per path, closed with the set.
+class Files {
+ public:
+  ~Files() {
+    for (auto& [path, fd] : fds_) ::close(fd);
+  }
+  Result<int> Get(const std::string& path) {
+    auto it = fds_.find(path);
+    if (it != fds_.end()) return it->second;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return Status::FromErrno(errno, "open " + path);
+    fds_[path] = fd;
+    return fd;
+  }
+
+ private:
+  std::map<std::string, int> fds_;
+};
+
+}  // namespace
+
+Result<std::string> Describe(const ckpt::Manifest& m) {
+  ZINF_ASSIGN_OR_RETURN(GptDims d, DimsOf(m));
+  std::string out;
+  auto line = [&](std::string s) { out += s + "\n"; };
+  line(fmt::format("checkpoint {}", m.dir));
+  line(fmt::format("  step {} (of {} asked for)", m.step, m.training.value("steps", uint64_t{0})));
+  line(fmt::format("  model: {} parameters ({} layers, width {}, {} heads, seq {}, vocab {})",
+                   d.TotalParams(), d.L, d.C, d.NH, d.seq, d.V));
+  line(fmt::format("  precision {}, optimizer state in {}; world size {}, partition {}",
+                   m.training.value("param16", std::string("?")),
+                   m.training.value("optimizer_state", std::string("?")), m.world_size,
+                   m.partition));
+  if (m.data.contains("train") && m.data["train"].is_object()) {
+    const auto& t = m.data["train"];
+    line(fmt::format("  data: {} ({}, {} tokens), next batch {}",
+                     t.value("path", std::string("?")), t.value("format", std::string("?")),
+                     t.value("tokens", uint64_t{0}), t.value("position", uint64_t{0})));
+  }
+  if (m.state.contains("loss_scaler") && m.state["loss_scaler"].is_object()) {
+    line(fmt::format("  optimizer steps applied {}, skipped {}; loss scale {:g}",
+                     m.state.value("applied_steps", uint64_t{0}),
+                     m.state.value("skipped_steps", uint64_t{0}),
+                     m.state["loss_scaler"].value("scale", 1.0)));
+  }
+  // Bytes per role and tier.
+  std::map<std::string, std::map<std::string, uint64_t>> bytes;  // role -> tier -> bytes
+  uint64_t total = 0;
+  for (const ckpt::ShardEntry& s : m.shards) {
+    const ckpt::FileEntry* f = m.FindFile(s.file);
+    const std::string tier = f != nullptr && f->kind == "swap" ? "nvme (swap file)" : "checkpoint dir";
+    bytes[s.role][tier] += s.length;
+    total += s.length;
+  }
+  line(fmt::format("  {} shards, {} ({} bytes):", m.shards.size(), FormatBytesHuman(total), total));
+  for (const auto& [role, tiers] : bytes) {
+    for (const auto& [tier, n] : tiers) {
+      line(fmt::format("    {:<11} {:>12} in {}", role, FormatBytesHuman(n), tier));
+    }
+  }
+  for (const ckpt::FileEntry& f : m.files) {
+    line(fmt::format("  file {} ({}, {} bytes)", f.name, f.kind, f.bytes));
+  }
+  return out;
+}
+
+Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
+  if (o.dtype != Dtype::kF32 && o.dtype != Dtype::kBF16) {
+    return InvalidArgument(fmt::format("export: dtype {}; expected F32 or BF16", DtypeName(o.dtype)));
+  }
+  ZINF_ASSIGN_OR_RETURN(GptDims d, DimsOf(m));
+  ZINF_ASSIGN_OR_RETURN(auto shards, StateShards(m, d));
+  ExportStats stats;
+  if (o.verify) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ZINF_RETURN_IF_ERROR(ckpt::Verify(m));
+    stats.verify_seconds = Since(t0);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto files = std::make_shared<Files>();
+  auto staging = std::make_shared<std::vector<float>>();
+  std::vector<TensorToWrite> tensors;
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    for (const TensorInfo& t : UnitTensors(d, u)) {
+      const std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
+      for (int r = 0; r < (o.optimizer_state ? 3 : 1); ++r) {
+        const ckpt::ShardEntry* s = shards[u][r];
+        const std::string path = m.PathOf(*s);
+        const uint64_t base = s->offset + 4 * t.offset;  // the tensor's first fp32 in the file
+        const Dtype dtype = r == 0 ? o.dtype : Dtype::kF32;
+        TensorToWrite w{.name = r == 0 ? t.name : t.name + "." + kRoleNames[r],
+                        .dtype = dtype,
+                        .shape = shape};
+        w.fill = [files, staging, path, base, dtype](void* dst, uint64_t offset,
+                                                     uint64_t bytes) -> Status {
+          ZINF_ASSIGN_OR_RETURN(int fd, files->Get(path));
+          if (dtype == Dtype::kF32) return PreadAll(fd, dst, bytes, base + offset, path);
+          const uint64_t n = bytes / 2;  // BF16 elements
+          staging->resize(static_cast<size_t>(n));
+          ZINF_RETURN_IF_ERROR(PreadAll(fd, staging->data(), 4 * n, base + 2 * offset, path));
+          return kernels::CastFromF32(staging->data(), dst, kernels::DType::kBf16, n);
+        };
+        tensors.push_back(std::move(w));
+      }
+    }
+  }
+  SafetensorsMetadata meta = WeightsMetadata(d);
+  ZINF_RETURN_IF_ERROR(WriteSafetensors(o.out, tensors, meta));
+  stats.write_seconds = Since(t0);
+  stats.tensors = tensors.size();
+  std::error_code ec;
+  stats.bytes = std::filesystem::file_size(o.out, ec);
+  return stats;
+}
+
+}  // namespace zinf::train
