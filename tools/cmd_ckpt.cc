@@ -2,13 +2,12 @@
 // (src/train/checkpoint_export.h). DIR is a checkpoint directory, or a checkpoint root (its
 // latest committed checkpoint). Exit 0 on success, 1 when the checkpoint is bad or cannot be
 // read (the error names the shard, file and offset), 2 on bad usage.
-#include <sys/resource.h>
-
 #include <chrono>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "src/base/host_info.h"
 #include "src/base/units.h"
 #include "src/ckpt/manifest.h"
 #include "src/train/checkpoint_export.h"
@@ -30,12 +29,6 @@ Result<ckpt::Manifest> Open(const std::string& dir) {
 int Fail(const char* what, const Status& s) {
   fmt::print(stderr, "zinf ckpt {}: {}\n", what, s.ToString());
   return 1;
-}
-
-uint64_t PeakRssBytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<uint64_t>(u.ru_maxrss) * 1024;
 }
 
 int Inspect(const CkptArgs& a) {

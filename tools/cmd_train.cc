@@ -99,6 +99,7 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
   o.profile = a.profile;
   o.stop = &g_stop;
   o.stop_after = a.stop_after;
+  o.compare_checkpoint_copy = a.compare_checkpoint_copy;
   o.progress = [](const std::string& line) {
     fmt::print("{}\n", line);
     std::fflush(stdout);
@@ -144,6 +145,19 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
     fmt::print("      checkpoints: {} committed, the last {}{}\n", s.checkpoints, s.last_checkpoint,
                s.resumed_from_step > 0 ? fmt::format(" (resumed from step {})", s.resumed_from_step)
                                        : "");
+  }
+  if (s.plain_copies > 0) {
+    const double base = s.other_step_seconds_median;
+    fmt::print(
+        "      checkpoint cost: the steps a commit overlapped took {:.3f} s (median; the others "
+        "{:.3f} s{}); the writer thread {:.3f} s a commit; a plain copy of the same {} took "
+        "{:.3f} s a checkpoint\n",
+        s.checkpoint_step_seconds_median, base,
+        base > 0 ? fmt::format(", {:+.1f}%", 100 * (s.checkpoint_step_seconds_median / base - 1))
+                 : "",
+        s.checkpoint_writer_seconds / static_cast<double>(s.checkpoints),
+        FormatBytesHuman(s.plain_copy_bytes / s.plain_copies),
+        s.plain_copy_seconds / static_cast<double>(s.plain_copies));
   }
   // Stopped by a signal: 0 when the state is kept in a checkpoint, else 130 (as an interrupt).
   return s.stopped && s.checkpoints == 0 ? 130 : 0;
@@ -242,6 +256,9 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_option("--stop-after", a->stop_after,
                   "Stop after step N of --steps as SIGTERM does (checkpoint, exit 0): a job "
                   "that runs part of a schedule and is resumed later");
+  cmd->add_flag("--compare-checkpoint-copy", a->compare_checkpoint_copy,
+                "Benchmark: after each checkpoint's commit, time a plain copy of its bytes "
+                "between steps, and print both");
   cmd->add_flag("--verify-state-reads", a->verify_state_reads,
                 "zinf.checkpoint.verify_state_reads: check the xxHash64 of the optimizer state "
                 "on every read from NVMe");

@@ -5,6 +5,8 @@
 #   tools/dev.sh test    install packages, build, run every test (ctest)
 #   tools/dev.sh setup   install packages only
 #   tools/dev.sh build   set up and build only
+#   tools/dev.sh test-asan   the suite under AddressSanitizer + UndefinedBehaviorSanitizer, built
+#                            into build-asan/ (RelWithDebInfo, CUDA off; ~20 min on 2 cores)
 #
 # Idempotent: packages already installed and an up-to-date build are skipped quickly.
 # Environment: BUILD_DIR (default build), JOBS (default nproc), ZINF_CUDA (AUTO|ON|OFF).
@@ -58,10 +60,23 @@ run_tests() {
   (cd "$build_dir" && ctest --output-on-failure -j "$jobs" --timeout 600)
 }
 
+run_asan_tests() {
+  setup
+  local dir=${BUILD_DIR:-$root/build-asan}
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINF_CUDA=OFF \
+    -DZINF_SANITIZE=address,undefined >/dev/null
+  cmake --build "$dir" -j "$jobs"
+  # Leaks are errors too; a report aborts the test (halt_on_error) so ctest counts it failed.
+  (cd "$dir" && ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1 \
+     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+     ctest --output-on-failure -j "$jobs" --timeout 1200)
+}
+
 case "${1:-}" in
   run) shift; run_main "$@" ;;
   test) run_tests ;;
+  test-asan) run_asan_tests ;;
   setup) setup ;;
   build) build ;;
-  *) echo "usage: tools/dev.sh run|test|setup|build" >&2; exit 2 ;;
+  *) echo "usage: tools/dev.sh run|test|test-asan|setup|build" >&2; exit 2 ;;
 esac

@@ -40,6 +40,7 @@ struct TrainArgs {
   bool verify_state_reads = false;
   uint64_t steps = 150, eval_every = 0, synthetic_bytes = 4 << 20, checkpoint_every = 0;
   uint64_t stop_after = 0;
+  bool compare_checkpoint_copy = false;
   uint32_t keep_checkpoints = 1;
   uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;
   double lr = 0, clip = -1, h2d_gbps = 0;

@@ -162,6 +162,22 @@ Status PreadAll(int fd, void* dst, uint64_t n, uint64_t offset, const std::strin
   return Status::Ok();
 }
 
+Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset, const std::string& path) {
+  const auto* p = static_cast<const unsigned char*>(src);
+  uint64_t done = 0;
+  while (done < n) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, 1u << 30));
+    const ssize_t r = ::pwrite(fd, p + done, chunk, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(
+          errno, fmt::format("pwrite {} offset {} length {}", path, offset + done, chunk));
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return Status::Ok();
+}
+
 Result<std::string> ReadWholeFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Status::FromErrno(errno, "open " + path);

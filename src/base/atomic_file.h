@@ -55,6 +55,9 @@ Status FsyncDirectory(const std::string& dir);
 unsigned CurrentUmask();
 
 Status PreadAll(int fd, void* dst, uint64_t n, uint64_t offset, const std::string& path);
+// pwrite until all n bytes are written (EINTR and short writes resumed); errors name the path
+// and offset.
+Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset, const std::string& path);
 Result<std::string> ReadWholeFile(const std::string& path);
 
 }  // namespace zinf

@@ -100,7 +100,12 @@ struct CheckpointStats {
   double writer_seconds = 0;   // on the writer thread, all checkpoints
   double last_writer_seconds = 0;
   uint64_t bytes_written = 0;  // data files (state in memory); NVMe state is not copied
+  // MeasurePlainCopy: copies made, their bytes and seconds, and the last one's.
+  uint64_t plain_copies = 0, plain_copy_bytes = 0;
+  double plain_copy_seconds = 0, last_plain_copy_seconds = 0;
 };
+
+inline constexpr uint64_t kPlainCopyChunk = 2ull << 30;
 
 class Checkpointer {
  public:
@@ -110,6 +115,13 @@ class Checkpointer {
   // Starts the checkpoint of `state` and the executor's optimizer state after its last step.
   Status Save(LayerExecutor& executor, const TrainerState& state);
   Status Wait();
+  // The benchmark's yardstick (zinf train --compare-checkpoint-copy): waits for the commit in
+  // progress, then copies the bytes of every shard of the last committed checkpoint the plain
+  // way (buffered reads of its files, writes to a temporary file under the root, fdatasync),
+  // as a checkpoint that copies its state would; the temporary file is emptied every
+  // kPlainCopyChunk bytes so the disk needs no room for a whole copy, and removed at the end.
+  // Returns the seconds it took and adds them to stats().
+  Result<double> MeasurePlainCopy();
   CheckpointStats stats() const { return stats_; }
 
  private:

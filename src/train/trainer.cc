@@ -113,6 +113,13 @@ std::string TrainSummary::ToJson() const {
     j["last_checkpoint"] = last_checkpoint;
     j["checkpoint_writer_seconds"] = checkpoint_writer_seconds;
     j["checkpoint_bytes_written"] = checkpoint_bytes_written;
+    j["checkpoint_step_seconds_median"] = checkpoint_step_seconds_median;
+    j["other_step_seconds_median"] = other_step_seconds_median;
+    if (plain_copies > 0) {
+      j["plain_copies"] = plain_copies;
+      j["plain_copy_bytes"] = plain_copy_bytes;
+      j["plain_copy_seconds"] = plain_copy_seconds;
+    }
   }
   j["compute_seconds_per_step"] = compute_seconds;
   j["stall_seconds_per_step"] = stall_seconds;
@@ -292,6 +299,9 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.io_engine = rt->engine ? std::string(rt->engine->name()) : "none";
   std::vector<int32_t> x(uint64_t{B} * T), y(uint64_t{B} * T);
   std::vector<double> step_times;
+  // Steps a checkpoint's commit overlapped (the one after each Save) and the others.
+  std::vector<double> commit_step_times, other_step_times;
+  bool committing = false;
   double stall_total = 0, time_total = 0;
   uint64_t applied = resumed.applied;
   sum.skipped_steps = resumed.skipped;
@@ -306,6 +316,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   };
   for (uint64_t step = resumed.step; step < opt.steps; ++step) {
     auto t0 = Clock::now();
+    const bool commit_overlaps = std::exchange(committing, false);
     // The optimizer hashes the state it writes when a checkpoint of it follows.
     if (checkpoint_due(step)) ex->HashNextOptimizerStep();
     const ExecutorStats before = ex->stats();
@@ -370,6 +381,11 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     ex->EndStep();
     const double dt = Since(t0);
     step_times.push_back(dt);
+    // Not the run's first step (no optimizer step under its forward) nor its last (its own
+    // optimizer step inside): their times are not comparable.
+    if (step != resumed.step && step + 1 != opt.steps) {
+      (commit_overlaps ? commit_step_times : other_step_times).push_back(dt);
+    }
     const ExecutorStats after = ex->stats();
     // Waiting for weights: their transfer, or the previous optimizer step's writes of them.
     const double stall = after.stall_seconds + after.optimizer_wait_seconds -
@@ -421,6 +437,16 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                              : " | SKIPPED (non-finite gradients)";
       opt.progress(line);
     }
+    if (commit_overlaps && opt.compare_checkpoint_copy) {
+      // The yardstick, between steps (outside every step's time): a plain copy of the bytes
+      // the checkpoint just committed.
+      ZINF_ASSIGN_OR_RETURN(const double copy, checkpointer->MeasurePlainCopy());
+      const CheckpointStats cs = checkpointer->stats();
+      Log().info("train: checkpoint of step {}: committed in {:.3f} s on the writer thread, "
+                 "overlapping step {} ({:.3f} s); a plain copy of its {} took {:.3f} s",
+                 cs.last_step, cs.last_writer_seconds, step + 1, dt,
+                 FormatBytesHuman(cs.plain_copy_bytes / cs.plain_copies), copy);
+    }
     const bool stop = ((opt.stop != nullptr && opt.stop->load()) || step + 1 == opt.stop_after) &&
                       step + 1 < opt.steps;
     if (checkpoint_due(step) || (stop && checkpointer != nullptr)) {
@@ -433,6 +459,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
       st.data_position = train_data.position();
       st.data = train_data.source();
       ZINF_RETURN_IF_ERROR(checkpointer->Save(*ex, st));
+      committing = true;
     }
     if (stop) {
       Log().warn("train: stopped by request after step {}{}", step + 1,
@@ -450,6 +477,11 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     sum.last_checkpoint = cs.last_dir;
     sum.checkpoint_writer_seconds = cs.writer_seconds;
     sum.checkpoint_bytes_written = cs.bytes_written;
+    sum.checkpoint_step_seconds_median = Median(commit_step_times);
+    sum.other_step_seconds_median = Median(other_step_times);
+    sum.plain_copies = cs.plain_copies;
+    sum.plain_copy_bytes = cs.plain_copy_bytes;
+    sum.plain_copy_seconds = cs.plain_copy_seconds;
   }
   const offload::TierStats ts = rt->tiers->stats();
   const ExecutorStats es_total = ex->stats();

@@ -58,6 +58,9 @@ struct TrainOptions {
   bool profile = false;            // measure the three bounds (compute, NVMe, Adam) alone
   const std::atomic<bool>* stop = nullptr;
   uint64_t stop_after = 0;         // stop after this step as a stop request does (0: no)
+  // After each checkpoint's commit, time a plain copy of its bytes (Checkpointer::
+  // MeasurePlainCopy) between steps: the benchmark's yardstick.
+  bool compare_checkpoint_copy = false;
   std::function<void(const std::string&)> progress;  // one line per step
   // Tests: wraps the NVMe I/O backend (RuntimeOptions::wrap_backend), e.g. to inject faults.
   std::function<std::unique_ptr<io::Backend>(std::unique_ptr<io::Backend>)> wrap_backend;
@@ -93,6 +96,11 @@ struct TrainSummary {
   uint64_t checkpoints = 0, checkpoint_bytes_written = 0, resumed_from_step = 0;
   std::string last_checkpoint;
   double checkpoint_writer_seconds = 0;
+  // Median step time of the steps a commit overlapped (each checkpoint's next step) and of the
+  // others, leaving out the run's first and last steps (not comparable); with compare_checkpoint_copy, the plain copies' count, bytes and seconds in all.
+  double checkpoint_step_seconds_median = 0, other_step_seconds_median = 0;
+  uint64_t plain_copies = 0, plain_copy_bytes = 0;
+  double plain_copy_seconds = 0;
   bool stopped = false;  // ended early by a stop request (after committing a checkpoint)
   std::string ToJson() const;
 };
