@@ -164,7 +164,56 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointerOpt
           FormatBytesHuman(need), o.keep, kept));
     }
   }
+  if (o.state_on_nvme) {
+    // Whoever creates swap files here later must not empty the ones these checkpoints name.
+    const std::string root = fs::absolute(o.root).lexically_normal().string();
+    for (const std::string& swap : o.swap_files) {
+      const std::string marker = (fs::path(swap).parent_path() / kSwapOwnerFile).string();
+      ZINF_RETURN_IF_ERROR(WriteFileAtomically(marker, root + "\n")
+                               .WithContext("zinf.checkpoint.dir: mark the swap directory"));
+    }
+  }
   return std::unique_ptr<Checkpointer>(new Checkpointer(o));
+}
+
+Status CheckSwapFilesFree(const std::vector<std::string>& swap_dirs, const std::string& resuming) {
+  for (const std::string& dir : swap_dirs) {
+    const fs::path marker = fs::path(dir) / kSwapOwnerFile;
+    std::error_code ec;
+    if (!fs::exists(marker, ec)) continue;
+    auto text = ReadWholeFile(marker.string());
+    if (!text.ok()) return text.status();
+    std::string root = *text;
+    while (!root.empty() && (root.back() == '\n' || root.back() == '\r')) root.pop_back();
+    const std::string resumed =
+        resuming.empty() ? "" : fs::weakly_canonical(resuming, ec).string();
+    std::string latest;
+    uint64_t latest_step = 0;
+    for (const ckpt::CommittedCheckpoint& c : ckpt::Committed(root)) {
+      auto m = ckpt::Read(c.dir);
+      if (!m.ok()) continue;
+      bool names_here = false;
+      for (const ckpt::FileEntry& f : m->files) {
+        names_here |= f.kind == "swap" &&
+                      fs::weakly_canonical(fs::path(f.name).parent_path(), ec) ==
+                          fs::weakly_canonical(dir, ec);
+      }
+      if (!names_here) continue;
+      if (!resumed.empty() && fs::weakly_canonical(c.dir, ec).string() == resumed) return Status::Ok();
+      if (latest.empty() || c.step > latest_step) {
+        latest = c.dir;
+        latest_step = c.step;
+      }
+    }
+    if (!latest.empty()) {
+      return FailedPrecondition(fmt::format(
+          "swap directory {}: its swap file holds the optimizer state of the checkpoints under "
+          "{} (the latest {}, step {}); a new run there would empty it. Resume with --resume {}, "
+          "give this run another --swap-dir, or remove those checkpoints",
+          dir, root, latest, latest_step, root));
+    }
+  }
+  return Status::Ok();
 }
 
 Checkpointer::~Checkpointer() { Wait().IgnoreError(); }

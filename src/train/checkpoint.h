@@ -142,6 +142,15 @@ class Checkpointer {
   CheckpointStats stats_;
 };
 
+// The swap files a committed checkpoint names must not be emptied by another run. A
+// Checkpointer of NVMe-homed state leaves kSwapOwnerFile in each swap file's directory, naming
+// its checkpoint root; CheckSwapFilesFree refuses (FailedPrecondition naming the swap file, the
+// root and the latest such checkpoint) a run about to create swap files in `swap_dirs` while
+// checkpoints under that root still name them, unless the run resumes one of them
+// (`resuming`: the checkpoint directory resumed, or empty).
+inline constexpr char kSwapOwnerFile[] = "zinf.swap.checkpoints";
+Status CheckSwapFilesFree(const std::vector<std::string>& swap_dirs, const std::string& resuming);
+
 Result<ckpt::Manifest> ReadForResume(const std::string& path);
 Status CheckResumable(const ckpt::Manifest& manifest, const Config& config,
                       const std::vector<std::string>& swap_files);

@@ -213,6 +213,11 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   if (resume_from) {
     for (const auto& f : resume_from->files) swap_in_checkpoint |= f.kind == "swap";
   }
+  if (UsesNvme(c)) {
+    std::vector<std::string> swap_dirs = c.zinf.stripe_paths;
+    if (swap_dirs.empty()) swap_dirs.push_back(c.SwapDir());
+    ZINF_RETURN_IF_ERROR(CheckSwapFilesFree(swap_dirs, resume_from ? resume_from->dir : ""));
+  }
   // An automatic pinned budget is what this run wants (every shard's host copy and the
   // optimizer's slabs), within what the machine allows: a small model does not lock 2 GiB.
   Config rc = c;

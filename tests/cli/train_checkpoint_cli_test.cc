@@ -300,6 +300,29 @@ TEST(CheckpointFlagsTest, RefusalsNameTheProblem) {
   EXPECT_NE(done.err.find("step"), std::string::npos) << done.err;
 }
 
+// The swap file a checkpoint names is not emptied by another run started on the same swap
+// directory: refused naming it and the checkpoints, until those are gone.
+TEST(CheckpointFlagsTest, AnotherRunDoesNotEmptyASwapFileACheckpointNames) {
+  TempDir dir;
+  auto first = RunZinf(Tiny(2) + " --offload nvme --swap-dir " + dir / "swap" +
+                           " --checkpoint-dir " + dir / "ck",
+                       dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  for (const std::string extra : {std::string(""), " --checkpoint-dir " + dir / "other"}) {
+    auto second = RunZinf(Tiny(2) + " --offload nvme --swap-dir " + dir / "swap" + extra,
+                          dir.path());
+    EXPECT_NE(second.exit_code, 0) << extra;
+    EXPECT_EQ(ProgressLines(second.out).size(), 0u);
+    EXPECT_NE(second.err.find(dir / "ck"), std::string::npos) << second.err;
+    EXPECT_NE(second.err.find("--resume"), std::string::npos) << second.err;
+  }
+  // The checkpoint still verifies: nothing was emptied.
+  EXPECT_EQ(RunZinf("ckpt verify " + dir / "ck", dir.path()).exit_code, 0);
+  fs::remove_all(dir / "ck");
+  auto third = RunZinf(Tiny(2) + " --offload nvme --swap-dir " + dir / "swap", dir.path());
+  EXPECT_EQ(third.exit_code, 0) << third.err;
+}
+
 std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> r;
   std::istringstream in(s);
