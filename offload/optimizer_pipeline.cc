@@ -67,7 +67,6 @@ OptimizerPipeline::~OptimizerPipeline() {
 
 namespace {
 
-constexpr const char* kStateRoleNames[kStateRoles] = {"master", "exp_avg", "exp_avg_sq"};
 
 // Shared between the computing thread and the engine's reaper thread.
 struct StepState {

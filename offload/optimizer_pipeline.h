@@ -39,6 +39,8 @@ namespace zinf::offload {
 // The fp32 optimizer state of one unit, by role.
 enum StateRole : int { kMasterState = 0, kExpAvgState = 1, kExpAvgSqState = 2 };
 inline constexpr int kStateRoles = 3;
+// Each role's name in manifests, exports and messages (nanoGPT's / PyTorch Adam's names).
+inline constexpr const char* kStateRoleNames[kStateRoles] = {"master", "exp_avg", "exp_avg_sq"};
 using StateHashes = std::array<uint64_t, kStateRoles>;  // xxHash64 of each role's 4n bytes
 
 struct OptimizerUnit {

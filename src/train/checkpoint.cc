@@ -23,7 +23,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kRoles[offload::kStateRoles] = {"master", "exp_avg", "exp_avg_sq"};
 
 std::string BitsHex(double v) { return fmt::format("{:016x}", std::bit_cast<uint64_t>(v)); }
 
@@ -356,7 +355,7 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
     m.files.push_back({swap, "swap", size});
     for (const UnitState& u : units) {
       for (int r = 0; r < offload::kStateRoles; ++r) {
-        m.shards.push_back({kRoles[r], u.unit, "F32", {u.n}, swap, u.extents[r].offset, 4 * u.n,
+        m.shards.push_back({offload::kStateRoleNames[r], u.unit, "F32", {u.n}, swap, u.extents[r].offset, 4 * u.n,
                             u.hashes[r]});
       }
     }
@@ -367,7 +366,7 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
       for (int r = 0; r < offload::kStateRoles; ++r) {
         const uint64_t offset = f.size();
         ZINF_RETURN_IF_ERROR(f.Append(u.arrays[r], 4 * u.n));
-        m.shards.push_back({kRoles[r], u.unit, "F32", {u.n}, kStateFileName, offset, 4 * u.n,
+        m.shards.push_back({offload::kStateRoleNames[r], u.unit, "F32", {u.n}, kStateFileName, offset, 4 * u.n,
                             Xxh64(u.arrays[r], 4 * u.n)});
       }
     }
@@ -549,15 +548,15 @@ Result<TrainerState> TrainerStateOf(const ckpt::Manifest& m) {
   return st;
 }
 
-Status RestoreOptimizerState(LayerExecutor& ex, const ckpt::Manifest& m) {
-  const GptDims& d = ex.dims();
+Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& m, const GptDims& d) {
   const uint32_t units = d.units();
   const std::string where = ManifestPath(m);
-  std::vector<std::array<const ckpt::ShardEntry*, offload::kStateRoles>> by_unit(units);
+  std::vector<StateShardSet> by_unit(units);
   for (const ckpt::ShardEntry& s : m.shards) {
-    const auto* role = std::find(std::begin(kRoles), std::end(kRoles), s.role);
-    if (role == std::end(kRoles)) continue;  // not optimizer state
-    const int r = static_cast<int>(role - std::begin(kRoles));
+    const auto* role = std::find(std::begin(offload::kStateRoleNames),
+                                 std::end(offload::kStateRoleNames), s.role);
+    if (role == std::end(offload::kStateRoleNames)) continue;  // not optimizer state
+    const int r = static_cast<int>(role - std::begin(offload::kStateRoleNames));
     if (s.unit >= units) {
       return InvalidArgument(fmt::format("{}: shard {} of unit {}: the model has {} units",
                                          where, s.role, s.unit, units));
@@ -574,6 +573,22 @@ Status RestoreOptimizerState(LayerExecutor& ex, const ckpt::Manifest& m) {
     }
     by_unit[s.unit][r] = &s;
   }
+  for (uint32_t u = 0; u < units; ++u) {
+    for (int r = 0; r < offload::kStateRoles; ++r) {
+      if (by_unit[u][r] == nullptr) {
+        return DataLoss(fmt::format("{}: no {} shard for unit {} ({})", where,
+                                    offload::kStateRoleNames[r], u, d.UnitName(u)));
+      }
+    }
+  }
+  return by_unit;
+}
+
+Status RestoreOptimizerState(LayerExecutor& ex, const ckpt::Manifest& m) {
+  const GptDims& d = ex.dims();
+  const uint32_t units = d.units();
+  const std::string where = ManifestPath(m);
+  ZINF_ASSIGN_OR_RETURN(const std::vector<StateShardSet> by_unit, StateShardsByUnit(m, d));
   std::vector<float> arrays[offload::kStateRoles];
   for (uint32_t u = 0; u < units; ++u) {
     const uint64_t n = d.UnitParams(u);
@@ -582,10 +597,6 @@ Status RestoreOptimizerState(LayerExecutor& ex, const ckpt::Manifest& m) {
     st.n = n;
     for (int r = 0; r < offload::kStateRoles; ++r) {
       const ckpt::ShardEntry* s = by_unit[u][r];
-      if (s == nullptr) {
-        return DataLoss(fmt::format("{}: no {} shard for unit {} ({})", where, kRoles[r], u,
-                                    d.UnitName(u)));
-      }
       st.hashes[r] = s->xxh64;
       const ckpt::FileEntry* f = m.FindFile(s->file);
       if (f != nullptr && f->kind == "swap") {

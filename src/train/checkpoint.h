@@ -37,6 +37,7 @@
 // only reads what the executor handed over for the checkpoint.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -156,6 +157,12 @@ Status CheckResumable(const ckpt::Manifest& manifest, const Config& config,
                       const std::vector<std::string>& swap_files);
 Result<TrainerState> TrainerStateOf(const ckpt::Manifest& manifest);
 Status RestoreOptimizerState(LayerExecutor& executor, const ckpt::Manifest& manifest);
+// Every unit's master, exp_avg and exp_avg_sq shard (indexed by offload::StateRole), checked
+// against the model: a shard of a unit the model lacks, of another dtype or length, or listed
+// twice is InvalidArgument; a missing one is DataLoss. Pointers into `manifest`.
+using StateShardSet = std::array<const ckpt::ShardEntry*, offload::kStateRoles>;
+Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& manifest,
+                                                    const GptDims& dims);
 // The config the checkpoint's run had (its "training.config"), read onto `base`.
 Result<Config> ConfigOf(const ckpt::Manifest& manifest, const Config& base);
 // The total steps the checkpoint's run was asked for, its data and evaluation options

@@ -20,8 +20,6 @@
 namespace zinf::train {
 namespace {
 
-constexpr const char* kRoleNames[3] = {"master", "exp_avg", "exp_avg_sq"};
-
 double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -29,33 +27,6 @@ double Since(std::chrono::steady_clock::time_point t) {
 Result<GptDims> DimsOf(const ckpt::Manifest& m) {
   ZINF_ASSIGN_OR_RETURN(Config c, ConfigOf(m, Config{}));
   return GptDims::FromConfig(c.zinf.model);
-}
-
-// Every unit's master, exp_avg and exp_avg_sq shard, checked against the model.
-Result<std::vector<std::array<const ckpt::ShardEntry*, 3>>> StateShards(const ckpt::Manifest& m,
-                                                                       const GptDims& d) {
-  std::vector<std::array<const ckpt::ShardEntry*, 3>> by_unit(d.units(), {nullptr, nullptr, nullptr});
-  for (const ckpt::ShardEntry& s : m.shards) {
-    for (int r = 0; r < 3; ++r) {
-      if (s.role != kRoleNames[r]) continue;
-      if (s.unit >= d.units() || s.dtype != "F32" || s.length != 4 * d.UnitParams(s.unit)) {
-        return DataLoss(fmt::format(
-            "{}/manifest.json: shard {} of unit {} ({} bytes of {}) does not fit the model "
-            "({} units; expected F32 of 4 bytes a parameter)",
-            m.dir, s.role, s.unit, s.length, s.dtype, d.units()));
-      }
-      by_unit[s.unit][r] = &s;
-    }
-  }
-  for (uint32_t u = 0; u < d.units(); ++u) {
-    for (int r = 0; r < 3; ++r) {
-      if (by_unit[u][r] == nullptr) {
-        return DataLoss(fmt::format("{}/manifest.json: no {} shard for unit {} ({})", m.dir,
-                                    kRoleNames[r], u, d.UnitName(u)));
-      }
-    }
-  }
-  return by_unit;
 }
 
 // Open files, one descriptor per path, closed with the set.
@@ -129,7 +100,7 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
     return InvalidArgument(fmt::format("export: dtype {}; expected F32 or BF16", DtypeName(o.dtype)));
   }
   ZINF_ASSIGN_OR_RETURN(GptDims d, DimsOf(m));
-  ZINF_ASSIGN_OR_RETURN(auto shards, StateShards(m, d));
+  ZINF_ASSIGN_OR_RETURN(auto shards, StateShardsByUnit(m, d));
   ExportStats stats;
   if (o.verify) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -148,7 +119,7 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
         const std::string path = m.PathOf(*s);
         const uint64_t base = s->offset + 4 * t.offset;  // the tensor's first fp32 in the file
         const Dtype dtype = r == 0 ? o.dtype : Dtype::kF32;
-        TensorToWrite w{.name = r == 0 ? t.name : t.name + "." + kRoleNames[r],
+        TensorToWrite w{.name = r == 0 ? t.name : t.name + "." + offload::kStateRoleNames[r],
                         .dtype = dtype,
                         .shape = shape};
         w.fill = [files, staging, path, base, dtype](void* dst, uint64_t offset,

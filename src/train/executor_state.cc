@@ -17,8 +17,6 @@ using namespace detail;  // NOLINT: the executor's own helpers
 
 namespace {
 
-constexpr const char* kRoleNames[offload::kStateRoles] = {"master", "exp_avg", "exp_avg_sq"};
-
 // The xxHash64 of `bytes` zero bytes (the moments after SetUnitWeights).
 uint64_t ZeroHash(uint64_t bytes) {
   static const std::vector<uint8_t> zeros(1 << 16, 0);
@@ -136,7 +134,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s) {
     return DataLoss(fmt::format(
         "optimizer state of unit {} ({}), {}: xxHash64 {} where the checkpoint recorded {} "
         "({}): the data is corrupt; nothing was trained on it",
-        u, dims_.UnitName(u), kRoleNames[r], Xxh64Hex(got), Xxh64Hex(s.hashes[r]), where));
+        u, dims_.UnitName(u), offload::kStateRoleNames[r], Xxh64Hex(got), Xxh64Hex(s.hashes[r]), where));
   };
   uint16_t* p16 = p16_staging_.data();
   if (options_.optimizer_on_nvme) {

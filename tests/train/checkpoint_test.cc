@@ -140,5 +140,52 @@ INSTANTIATE_TEST_SUITE_P(EnospcAndEio, CheckpointFaultTest,
                                            Fault{EIO, "Input/output error"}),
                          [](const auto& info) { return info.param.err == ENOSPC ? "ENOSPC" : "EIO"; });
 
+// The optimizer shards of a manifest, grouped by unit and checked against the model (shared by
+// resume and export).
+TEST(StateShardsByUnitTest, GroupsEveryRoleAndRefusesWhatDoesNotFit) {
+  ModelConfig mc{.layers = 1, .width = 32, .heads = 4, .seq_len = 16, .vocab = 64};
+  const GptDims d = GptDims::FromConfig(mc);
+  ckpt::Manifest m;
+  m.dir = "/ck/step-0000000002";
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    for (int r = offload::kStateRoles - 1; r >= 0; --r) {  // any order
+      m.shards.push_back({offload::kStateRoleNames[r], u, "F32", {d.UnitParams(u)}, "state.bin",
+                          0, 4 * d.UnitParams(u), 0});
+    }
+  }
+  m.shards.push_back({"param16", 0, "BF16", {d.UnitParams(0)}, "x", 0, 2 * d.UnitParams(0), 0});
+  auto ok = StateShardsByUnit(m, d);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_EQ(ok->size(), d.units());
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    for (int r = 0; r < offload::kStateRoles; ++r) {
+      ASSERT_NE((*ok)[u][r], nullptr);
+      EXPECT_EQ((*ok)[u][r]->unit, u);
+      EXPECT_EQ((*ok)[u][r]->role, offload::kStateRoleNames[r]);
+    }
+  }
+  auto refused = [&](ckpt::Manifest bad, StatusCode code, const std::string& text) {
+    auto r = StateShardsByUnit(bad, d);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), code) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status().ToString();
+  };
+  ckpt::Manifest missing = m;
+  missing.shards.erase(missing.shards.begin() + 4);  // unit 1's exp_avg
+  refused(missing, StatusCode::kDataLoss, "no exp_avg shard for unit 1");
+  ckpt::Manifest twice = m;
+  twice.shards.push_back(m.shards[0]);
+  refused(twice, StatusCode::kInvalidArgument, "listed twice");
+  ckpt::Manifest short_shard = m;
+  short_shard.shards[1].length -= 4;
+  refused(short_shard, StatusCode::kInvalidArgument, "expected");
+  ckpt::Manifest bf16 = m;
+  bf16.shards[2].dtype = "BF16";
+  refused(bf16, StatusCode::kInvalidArgument, "of BF16");
+  ckpt::Manifest extra_unit = m;
+  extra_unit.shards.push_back({"master", d.units(), "F32", {1}, "state.bin", 0, 4, 0});
+  refused(extra_unit, StatusCode::kInvalidArgument, "the model has 3 units");
+}
+
 }  // namespace
 }  // namespace zinf::train
