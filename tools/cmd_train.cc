@@ -247,7 +247,8 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(uint64_t{0}, std::numeric_limits<uint64_t>::max()));
   cmd->add_option("--keep-checkpoints", a->keep_checkpoints,
                   "zinf.checkpoint.keep: committed checkpoints kept (older ones deleted once a "
-                  "newer one is committed)")
+                  "newer one is committed; with the optimizer state on NVMe, at most 63, each "
+                  "one 12 bytes a parameter of swap file)")
       ->check(CLI::Range(1u, 1000u));
   cmd->add_option("--resume", a->resume,
                   "zinf.checkpoint.resume: continue from a checkpoint directory, or the latest "

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -18,12 +20,40 @@
 namespace zinf {
 namespace {
 
+std::mutex hook_mu;
+std::shared_ptr<const FileFaultHook> hook;  // GUARDED_BY(hook_mu)
+
+// The errno the test hook injects into `op` on `path`, or 0.
+int InjectedFault(std::string_view op, const std::string& path) {
+  std::shared_ptr<const FileFaultHook> h;
+  {
+    std::lock_guard<std::mutex> lock(hook_mu);
+    h = hook;
+  }
+  return h ? (*h)(op, path) : 0;
+}
+
+// Fails like the system call with the injected errno, else makes it.
+template <typename Call>
+auto FaultOr(std::string_view op, const std::string& path, Call call) -> decltype(call()) {
+  if (const int e = InjectedFault(op, path); e != 0) {
+    errno = e;
+    return -1;
+  }
+  return call();
+}
+
 std::string DirectoryOf(const std::string& path) {
   const std::string parent = std::filesystem::path(path).parent_path().string();
   return parent.empty() ? std::string(".") : parent;
 }
 
 }  // namespace
+
+void SetFileFaultHookForTesting(FileFaultHook h) {
+  std::lock_guard<std::mutex> lock(hook_mu);
+  hook = h ? std::make_shared<const FileFaultHook>(std::move(h)) : nullptr;
+}
 
 unsigned CurrentUmask() {
   // umask(2) can only be read by setting it, which would race with other threads creating
@@ -83,7 +113,7 @@ Status AtomicFile::Append(const void* data, uint64_t n) {
   uint64_t done = 0;
   while (done < n) {
     const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, 1u << 30));
-    const ssize_t w = ::write(fd_, p + done, chunk);
+    const ssize_t w = FaultOr("write", path_, [&] { return ::write(fd_, p + done, chunk); });
     if (w < 0) {
       if (errno == EINTR) continue;
       const int e = errno;
@@ -99,7 +129,7 @@ Status AtomicFile::Append(const void* data, uint64_t n) {
 
 Status AtomicFile::Commit() {
   if (fd_ < 0) return FailedPrecondition("commit " + path_ + ": the file is closed");
-  if (::fsync(fd_) != 0) {
+  if (FaultOr("fsync", path_, [&] { return ::fsync(fd_); }) != 0) {
     const int e = errno;
     Abandon();
     return Status::FromErrno(e, "fsync " + temp_);
@@ -118,7 +148,7 @@ Status AtomicFile::Commit() {
     ::unlink(temp_.c_str());
     return Status::FromErrno(e, "close " + temp_);
   }
-  if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+  if (FaultOr("rename", path_, [&] { return ::rename(temp_.c_str(), path_.c_str()); }) != 0) {
     const int e = errno;
     ::unlink(temp_.c_str());
     return Status::FromErrno(e, fmt::format("rename {} to {}", temp_, path_));
@@ -135,7 +165,7 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
 Status FsyncDirectory(const std::string& dir) {
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return Status::FromErrno(errno, "open directory " + dir);
-  const int rc = ::fsync(dfd);
+  const int rc = FaultOr("fsync_dir", dir, [&] { return ::fsync(dfd); });
   const int e = errno;
   ::close(dfd);
   if (rc != 0) return Status::FromErrno(e, "fsync directory " + dir);

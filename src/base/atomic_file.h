@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,14 @@ class AtomicFile {
   int fd_ = -1;
   uint64_t size_ = 0;
 };
+
+// Fault injection for tests (a checkpoint commit that meets EIO or ENOSPC): while a hook is
+// set, each AtomicFile write ("write"), fsync ("fsync"), rename ("rename") and FsyncDirectory
+// ("fsync_dir") first calls it with the operation and the final path (the directory for
+// fsync_dir); a non-zero return is the errno that call then fails with, as the system call
+// would have. Process-wide and thread-safe; an empty function removes the hook.
+using FileFaultHook = std::function<int(std::string_view op, const std::string& path)>;
+void SetFileFaultHookForTesting(FileFaultHook hook);
 
 Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 // fsync of a directory, so that the names created or renamed in it survive a crash.

@@ -168,13 +168,12 @@ std::vector<std::string> ValidateLines(const Config& c) {
     out.push_back(fmt::format("zinf.checkpoint.every: {} without zinf.checkpoint.dir; expected "
                               "a directory for the checkpoints", ck.every));
   }
-  if (ck.keep > 1 && c.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+  if (ck.keep > 63 && c.zero.offload_optimizer.device == OffloadDevice::kNvme) {
     out.push_back(fmt::format(
-        "zinf.checkpoint.keep: {} with the optimizer state on NVMe; expected 1: the swap file "
-        "holds the state of the latest checkpoint only (copying older ones out is not built "
-        "yet; `zinf ckpt export` writes a self-contained copy)", ck.keep));
+        "zinf.checkpoint.keep: {} with the optimizer state on NVMe; expected at most 63 (the "
+        "swap file holds one generation of the state, 12 bytes a parameter, per checkpoint "
+        "kept, plus one)", ck.keep));
   }
-
   std::set<std::string> seen;
   for (size_t i = 0; i < c.zinf.stripe_paths.size(); ++i) {
     const std::string& p = c.zinf.stripe_paths[i];

@@ -172,7 +172,11 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointerOpt
                                .WithContext("zinf.checkpoint.dir: mark the swap directory"));
     }
   }
-  return std::unique_ptr<Checkpointer>(new Checkpointer(o));
+  std::unique_ptr<Checkpointer> c(new Checkpointer(o));
+  // A resume in this root: checkpoints beyond `keep` (a run killed between a commit and its
+  // pruning leaves one more) go now, before any step may rewrite what they name.
+  if (o.resumed_step) ZINF_RETURN_IF_ERROR(c->Prune(*o.resumed_step));
+  return c;
 }
 
 Status CheckSwapFilesFree(const std::vector<std::string>& swap_dirs, const std::string& resuming) {
@@ -240,14 +244,15 @@ Status Checkpointer::Save(LayerExecutor& ex, const TrainerState& st) {
                   {"eval_every", run.eval_every},
                   {"eval_batches", run.eval_batches}}},
                 {"param16", recorded.precision() == Precision::kFp16 ? "fp16" : "bf16"},
-                {"optimizer_state", options_.state_on_nvme ? "nvme" : "memory"}};
+                {"optimizer_state", options_.state_on_nvme ? "nvme" : "memory"},
+                {"state_generations", options_.state_generations}};
   m.data = {{"train", DataJson(st)}};
   m.state = StateJson(st);
   executor_ = &ex;
   waiting_for_step_ = true;
   commit_step_ = st.step;
   commit_dir_ = job->dir;
-  return ex.RequestCheckpoint([this, job](Result<std::vector<UnitState>> units) {
+  return ex.RequestCheckpoint(st.step, [this, job](Result<std::vector<UnitState>> units) {
     waiting_for_step_ = false;
     if (!units.ok()) {
       std::promise<Status> failed;
@@ -377,6 +382,9 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
   ZINF_RETURN_IF_ERROR(ckpt::Commit(job.dir, m));
   ZINF_RETURN_IF_ERROR(FsyncDirectory(options_.root));
   ZINF_RETURN_IF_ERROR(Prune(job.step));
+  if (options_.release_after_first_commit) {
+    executor_->ReleaseCheckpoint(*std::exchange(options_.release_after_first_commit, {}));
+  }
   *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return Status::Ok();
 }
@@ -385,12 +393,14 @@ Status Checkpointer::Prune(uint64_t newest) {
   const auto committed = ckpt::Committed(options_.root);
   std::vector<std::string> doomed;
   size_t kept = 0;
+  std::vector<uint64_t> released;
   for (auto it = committed.rbegin(); it != committed.rend(); ++it) {
     if (it->step > newest) continue;  // Create refused these
     if (kept < options_.keep) {
       ++kept;
     } else {
       doomed.push_back(it->dir);
+      released.push_back(it->step);
     }
   }
   // Directories named like checkpoints that never got their manifest: a crashed writer's.
@@ -404,7 +414,12 @@ Status Checkpointer::Prune(uint64_t newest) {
     fs::remove_all(d, ec);
     if (ec) return Status::FromErrno(ec.value(), "remove old checkpoint " + d);
   }
-  return doomed.empty() ? Status::Ok() : FsyncDirectory(options_.root);
+  if (!doomed.empty()) ZINF_RETURN_IF_ERROR(FsyncDirectory(options_.root));
+  // Only now, with the manifests gone for good, may steps rewrite what they named.
+  if (executor_ != nullptr) {
+    for (uint64_t step : released) executor_->ReleaseCheckpoint(step);
+  }
+  return Status::Ok();
 }
 
 // ---- resume --------------------------------------------------------------------------------
@@ -613,7 +628,7 @@ Status RestoreOptimizerState(LayerExecutor& ex, const ckpt::Manifest& m) {
       st.arrays[r] = arrays[r].data();
       st.sources[r] = fmt::format("{} at offset {}", path, s->offset);
     }
-    ZINF_RETURN_IF_ERROR(ex.RestoreUnit(st).WithContext("resume from " + m.dir));
+    ZINF_RETURN_IF_ERROR(ex.RestoreUnit(st, m.step).WithContext("resume from " + m.dir));
   }
   return Status::Ok();
 }

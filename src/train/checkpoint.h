@@ -92,6 +92,12 @@ struct CheckpointerOptions {
   std::vector<std::string> swap_files;  // the run's, absolute (state_on_nvme)
   // The checkpoint the run resumed from, when it lies under root (it and older ones may stay).
   std::optional<uint64_t> resumed_step;
+  // Generations of NVMe-homed state in the swap file (ExecutorOptions::state_generations),
+  // recorded in the manifest: a resume lays the swap file out the same way.
+  uint32_t state_generations = 1;
+  // The checkpoint (its step) the run resumed from when it lies outside root: its extents are
+  // released once this run's first checkpoint is committed.
+  std::optional<uint64_t> release_after_first_commit;
 };
 
 struct CheckpointStats {

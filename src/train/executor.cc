@@ -180,24 +180,30 @@ Status LayerExecutor::RegisterShards() {
   }
   if (!options_.optimizer_on_nvme) p16_staging_.resize(dims_.MaxUnitParams());
   const uint32_t units = dims_.units();
+  state_ext_.resize(1);
   for (uint32_t u = 0; u < units; ++u) {
     all_units_.push_back(u);
     const auto& ou = opt_units_[u];
     state_ext_[0].push_back({ou.master, ou.exp_avg, ou.exp_avg_sq});
   }
-  if (options_.optimizer_on_nvme && options_.state_generations) {
-    // The second generation after every other extent, in unit order: a resumed run with the
-    // same model and swap configuration gets the same offsets.
+  const uint32_t gens = options_.optimizer_on_nvme ? std::max(1u, options_.state_generations) : 1;
+  if (gens > 64) {
+    return InvalidArgument(fmt::format("{} generations of optimizer state; at most 64", gens));
+  }
+  // Each further generation after every other extent, in unit order: a resumed run with the
+  // same model and swap configuration gets the same offsets.
+  for (uint32_t g = 1; g < gens; ++g) {
+    state_ext_.emplace_back();
     for (uint32_t u = 0; u < units; ++u) {
-      std::array<offload::Extent, offload::kStateRoles> g;
-      for (auto& e : g) {
+      std::array<offload::Extent, offload::kStateRoles> ext;
+      for (auto& e : ext) {
         ZINF_ASSIGN_OR_RETURN(e, rt_.swap->Allocate(4 * dims_.UnitParams(u)));
       }
-      state_ext_[1].push_back(g);
+      state_ext_[g].push_back(ext);
     }
   }
   cur_gen_.assign(units, 0);
-  protected_gen_.assign(units, -1);
+  next_gen_.assign(units, 0);
   hashes_.assign(units, {});
   hashes_known_.assign(units, 0);
   return Status::Ok();

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -76,11 +77,12 @@ struct ExecutorOptions {
   // are final, while the device computes the next unit's backward.
   kernels::AdamOptions adam;
   Tracer* tracer = nullptr;
-  // Two generations of the NVMe-homed optimizer state (checkpoints): the step after a checkpoint
-  // writes the other generation, so the extents a committed checkpoint names are never
-  // overwritten. Doubles the swap space of master, exp_avg and exp_avg_sq (12 bytes a
-  // parameter).
-  bool state_generations = false;
+  // Generations of the NVMe-homed optimizer state (checkpoints): 1, or the checkpoints kept
+  // + 1. A step writes in place unless a checkpoint names the current generation; then it
+  // writes a generation no checkpoint names, so the extents of every committed checkpoint are
+  // never overwritten until it is released (ReleaseCheckpoint). Each generation past the first
+  // costs 12 bytes a parameter of swap space (master, exp_avg and exp_avg_sq).
+  uint32_t state_generations = 1;
   // Check the xxHash64 of the NVMe-homed optimizer state every time it is read back against what
   // was written (zinf.verify_state_reads): a corrupt byte stops training with DataLoss. Costs
   // hashing the 12 bytes a parameter twice a step.
@@ -185,8 +187,17 @@ class LayerExecutor {
   // untouched (later steps write the other generation) until the next checkpoint; arrays stay
   // valid until the next optimizer step, which first waits for HoldStateUntil's future. The NVMe
   // state is durable only after SyncState.
+  // `id` (the checkpoint's step) names the checkpoint for ReleaseCheckpoint.
   using CheckpointReadyFn = std::function<void(Result<std::vector<UnitState>>)>;
-  Status RequestCheckpoint(CheckpointReadyFn ready);
+  Status RequestCheckpoint(uint64_t id, CheckpointReadyFn ready);
+  // The checkpoint `id` (given to RequestCheckpoint, RestoreUnit or ProtectCheckpoint) is gone:
+  // the extents it named may be rewritten. Thread-safe (a checkpoint's writer calls it after
+  // pruning, before its commit's future is ready). Unknown ids are ignored.
+  void ReleaseCheckpoint(uint64_t id);
+  // After a resume: another committed checkpoint `id` names these extents of this run's swap
+  // file (every unit's), which stay untouched until ReleaseCheckpoint(id). InvalidArgument
+  // when a unit's extents are not one of its generations.
+  Status ProtectCheckpoint(uint64_t id, const std::vector<UnitState>& units);
   // fdatasync of the swap files. Thread-safe (a checkpoint's writer calls it).
   Status SyncState() const;
   // The state in memory and the extents a checkpoint names must not be overwritten until
@@ -198,7 +209,8 @@ class LayerExecutor {
   // unit in memory gives arrays, copied. Every role is checked against its hash (DataLoss naming
   // the unit, the role and where it was read), and the 16-bit weights are recomputed from the
   // master weights (the optimizer's 16-bit copy is bit for bit their rounding).
-  Status RestoreUnit(const UnitState& state);
+  // `id`: the checkpoint's step, which protects the unit's extents (as RequestCheckpoint).
+  Status RestoreUnit(const UnitState& state, uint64_t id);
   // The swap files of the run (absolute paths), for a checkpoint's manifest.
   std::vector<std::string> SwapFilePaths() const;
   // The accumulated gradients are dead (consumed by OptimizerStep, which calls this, or a skipped
@@ -262,33 +274,42 @@ class LayerExecutor {
   std::vector<offload::ShardId> p16_, grad_;
   // Optimizer state: NVMe extents (pipeline) or host arrays.
   std::vector<offload::OptimizerUnit> opt_units_;
-  // NVMe-homed state by generation: [gen][unit] master, exp_avg, exp_avg_sq (one generation
-  // unless ExecutorOptions::state_generations).
-  std::vector<std::array<offload::Extent, offload::kStateRoles>> state_ext_[2];
-  std::vector<uint8_t> cur_gen_;       // per unit: the generation holding its state
-  std::vector<int8_t> protected_gen_;  // per unit: the generation a checkpoint names (-1: none)
+  // NVMe-homed state by generation: [gen][unit] master, exp_avg, exp_avg_sq
+  // (ExecutorOptions::state_generations of them).
+  std::vector<std::vector<std::array<offload::Extent, offload::kStateRoles>>> state_ext_;
+  std::vector<uint8_t> cur_gen_;   // per unit: the generation holding its state
+  std::vector<uint8_t> next_gen_;  // per unit: the generation the step under way writes
+  // Per checkpoint id: the generation each unit's state lies in (-1: none). Written on the
+  // training thread, erased by ReleaseCheckpoint from a checkpoint's writer.
+  mutable std::mutex protect_mu_;
+  std::map<uint64_t, std::vector<int8_t>> protections_;  // GUARDED_BY(protect_mu_)
+  bool Protected(uint32_t unit, int gen) const;
+  // The generation a unit's next write goes to: the current one unless a checkpoint names it,
+  // else the first after it that none names (FailedPrecondition when every one is named).
+  Result<int> WriteGeneration(uint32_t unit) const;
   std::vector<offload::StateHashes> hashes_;  // per unit, of the state now
   std::vector<char> hashes_known_;
   bool hash_next_step_ = false;
   std::shared_future<Status> state_hold_;
   // The units as the pipeline sees them for a step of `units` (reading the current generation,
   // writing the target one), the hashing it does, and, once done, the bookkeeping.
-  std::vector<offload::OptimizerUnit> StepUnits(std::span<const uint32_t> units) const;
+  Result<std::vector<offload::OptimizerUnit>> StepUnits(std::span<const uint32_t> units);
   void PrepareHashing(std::span<const uint32_t> units, offload::StepHashing* h);
   void StepDone(std::span<const uint32_t> units, const offload::StepHashing& h);
   Status WaitStateHold();
   // The extent of a unit's state role in its current generation.
   const offload::Extent& StateExtent(uint32_t unit, int role) const;
   // Before state is rewritten outside a step: when a checkpoint names the current generation,
-  // switch to the other (true: every role must then be written).
-  bool TakeUnprotectedGeneration(uint32_t unit);
+  // switch to one it does not (true: every role must then be written).
+  Result<bool> TakeUnprotectedGeneration(uint32_t unit);
   // SetUnitWeights' bookkeeping: the hashes of the new state (master, zero moments).
   void NoteWeightsSet(uint32_t unit, const float* master);
   // Reads a whole role of a unit's current NVMe state (padded) into dst.
   Status ReadStateRole(uint32_t unit, int role, uint8_t* dst);
   // Every unit's state now (no step running); NVMe extents become protected.
-  Result<std::vector<UnitState>> TakeCheckpointState();
+  Result<std::vector<UnitState>> TakeCheckpointState(uint64_t id);
   CheckpointReadyFn pending_checkpoint_;  // asked for while an asynchronous step ran
+  uint64_t pending_checkpoint_id_ = 0;
   std::vector<uint32_t> all_units_;
   std::vector<offload::OptimizerUnit> opt_step_units_;  // the running async step's
   offload::StepHashing opt_hashing_;                    // the running async step's

@@ -56,7 +56,7 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
     p16 = reinterpret_cast<uint16_t*>(slab + pipeline_->LayoutFor(n).param16);
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
     // A checkpoint's extents stay untouched: the other generation takes the new state.
-    const bool switched = TakeUnprotectedGeneration(unit);
+    ZINF_ASSIGN_OR_RETURN(const bool switched, TakeUnprotectedGeneration(unit));
     ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kMasterState), master, 4 * n));
     // A new swap file reads as zeros (io/swap_file.h): the moments need writing only once an
     // optimizer step has written them.
@@ -97,14 +97,15 @@ Status LayerExecutor::InitWeights(uint64_t seed) {
   return Status::Ok();
 }
 
-std::vector<offload::OptimizerUnit> LayerExecutor::StepUnits(
-    std::span<const uint32_t> units) const {
+Result<std::vector<offload::OptimizerUnit>> LayerExecutor::StepUnits(
+    std::span<const uint32_t> units) {
   std::vector<offload::OptimizerUnit> out;
   for (uint32_t u : units) {
     offload::OptimizerUnit ou = opt_units_[u];
     const int cur = cur_gen_[u];
-    // A checkpoint names the current generation: write the other one.
-    const int target = protected_gen_[u] == cur ? 1 - cur : cur;
+    // A checkpoint names the current generation: write one it does not.
+    ZINF_ASSIGN_OR_RETURN(const int target, WriteGeneration(u));
+    next_gen_[u] = static_cast<uint8_t>(target);
     const auto& r = state_ext_[cur][u];
     ou.master = r[offload::kMasterState];
     ou.exp_avg = r[offload::kExpAvgState];
@@ -133,7 +134,7 @@ void LayerExecutor::PrepareHashing(std::span<const uint32_t> units, offload::Ste
 void LayerExecutor::StepDone(std::span<const uint32_t> units, const offload::StepHashing& h) {
   for (size_t i = 0; i < units.size(); ++i) {
     const uint32_t u = units[i];
-    if (protected_gen_[u] == cur_gen_[u] && !state_ext_[1].empty()) cur_gen_[u] ^= 1;
+    cur_gen_[u] = next_gen_[u];
     if (h.compute) hashes_[u] = h.written[i];
     hashes_known_[u] = h.compute;
   }
@@ -154,7 +155,7 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
   if (pipeline_ != nullptr) {
     moments_zero_at_home_ = false;
     const uint32_t one_unit[] = {u};
-    const auto step_units = StepUnits(one_unit);
+    ZINF_ASSIGN_OR_RETURN(const auto step_units, StepUnits(one_unit));
     offload::StepHashing hashing;
     PrepareHashing(one_unit, &hashing);
     ZINF_ASSIGN_OR_RETURN(offload::OptimizerStepStats one,
@@ -229,8 +230,8 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
     // The prefetcher leaves the 16-bit weights alone until each unit's new ones are known
     // (installed or written): reading the old ones now would be wasted, and would keep the
     // install out.
+    ZINF_ASSIGN_OR_RETURN(opt_step_units_, StepUnits(all_units_));
     for (auto id : p16_) rt_.tiers->BeginRewrite(id);
-    opt_step_units_ = StepUnits(all_units_);
     PrepareHashing(all_units_, &opt_hashing_);
     opt_running_ = true;
     opt_future_ = std::async(std::launch::async, [this]() -> Result<offload::OptimizerStepStats> {
@@ -249,7 +250,7 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
   if (pipeline_ != nullptr) {
     // All units through the pipeline at once: reads run ahead, writes behind.
     moments_zero_at_home_ = false;
-    const auto step_units = StepUnits(all_units_);
+    ZINF_ASSIGN_OR_RETURN(const auto step_units, StepUnits(all_units_));
     offload::StepHashing hashing;
     PrepareHashing(all_units_, &hashing);
     ZINF_ASSIGN_OR_RETURN(st, pipeline_->Step(step_units, hyper, nullptr, nullptr, &hashing));
@@ -284,7 +285,9 @@ Status LayerExecutor::FinishOptimizerStep() {
   if (!r.ok() && pending_checkpoint_) std::exchange(pending_checkpoint_, nullptr)(r.status());
   ZINF_RETURN_IF_ERROR(r.status());
   StepDone(all_units_, opt_hashing_);
-  if (pending_checkpoint_) std::exchange(pending_checkpoint_, nullptr)(TakeCheckpointState());
+  if (pending_checkpoint_) {
+    std::exchange(pending_checkpoint_, nullptr)(TakeCheckpointState(pending_checkpoint_id_));
+  }
   // Copies fetched while the step ran were dropped unit by unit (HomeRewritten); the
   // gradients are consumed.
   ZINF_RETURN_IF_ERROR(DiscardGradients());

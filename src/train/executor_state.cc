@@ -35,10 +35,66 @@ const offload::Extent& LayerExecutor::StateExtent(uint32_t unit, int role) const
   return state_ext_[cur_gen_[unit]][unit][role];
 }
 
-bool LayerExecutor::TakeUnprotectedGeneration(uint32_t unit) {
-  if (protected_gen_[unit] != cur_gen_[unit] || state_ext_[1].empty()) return false;
-  cur_gen_[unit] ^= 1;
+bool LayerExecutor::Protected(uint32_t unit, int gen) const {
+  std::lock_guard<std::mutex> lock(protect_mu_);
+  for (const auto& [id, gens] : protections_) {
+    if (gens[unit] == gen) return true;
+  }
+  return false;
+}
+
+Result<int> LayerExecutor::WriteGeneration(uint32_t unit) const {
+  const int cur = cur_gen_[unit];
+  if (!Protected(unit, cur)) return cur;
+  const int gens = static_cast<int>(state_ext_.size());
+  for (int k = 1; k < gens; ++k) {
+    const int g = (cur + k) % gens;
+    if (!Protected(unit, g)) return g;
+  }
+  return FailedPrecondition(fmt::format(
+      "optimizer state of unit {} ({}): checkpoints name all {} generations of it in the swap "
+      "file, and a step must write one they do not (zinf.checkpoint.keep + 1 are kept)",
+      unit, dims_.UnitName(unit), gens));
+}
+
+Result<bool> LayerExecutor::TakeUnprotectedGeneration(uint32_t unit) {
+  ZINF_ASSIGN_OR_RETURN(const int g, WriteGeneration(unit));
+  if (g == cur_gen_[unit]) return false;
+  cur_gen_[unit] = static_cast<uint8_t>(g);
   return true;
+}
+
+void LayerExecutor::ReleaseCheckpoint(uint64_t id) {
+  std::lock_guard<std::mutex> lock(protect_mu_);
+  protections_.erase(id);
+}
+
+Status LayerExecutor::ProtectCheckpoint(uint64_t id, const std::vector<UnitState>& units) {
+  std::vector<int8_t> gens(dims_.units(), -1);
+  for (const UnitState& s : units) {
+    if (s.unit >= dims_.units()) {
+      return InvalidArgument(fmt::format("protect checkpoint {}: unit {} out of range", id, s.unit));
+    }
+    int gen = -1;
+    for (int g = 0; g < static_cast<int>(state_ext_.size()) && gen < 0; ++g) {
+      bool same = true;
+      for (int r = 0; r < offload::kStateRoles; ++r) {
+        same = same && state_ext_[g][s.unit][r].offset == s.extents[r].offset &&
+               state_ext_[g][s.unit][r].bytes == s.extents[r].bytes;
+      }
+      if (same) gen = g;
+    }
+    if (gen < 0) {
+      return InvalidArgument(fmt::format(
+          "checkpoint of step {}: unit {} ({}): its master extent (offset {}, {} bytes) is not "
+          "where this run keeps that unit's optimizer state", id, s.unit,
+          dims_.UnitName(s.unit), s.extents[0].offset, s.extents[0].bytes));
+    }
+    gens[s.unit] = static_cast<int8_t>(gen);
+  }
+  std::lock_guard<std::mutex> lock(protect_mu_);
+  protections_[id] = std::move(gens);
+  return Status::Ok();
 }
 
 void LayerExecutor::NoteWeightsSet(uint32_t unit, const float* master) {
@@ -58,14 +114,15 @@ Status LayerExecutor::ReadStateRole(uint32_t unit, int role, uint8_t* dst) {
   return rt_.swap->engine().Read(rt_.swap->file(), e.offset, dst, rt_.swap->Padded(4 * n));
 }
 
-Status LayerExecutor::RequestCheckpoint(CheckpointReadyFn ready) {
+Status LayerExecutor::RequestCheckpoint(uint64_t id, CheckpointReadyFn ready) {
   if (pending_checkpoint_)
     return FailedPrecondition("a checkpoint is already waiting for the step");
   if (opt_running_) {
     pending_checkpoint_ = std::move(ready);
+    pending_checkpoint_id_ = id;
     return Status::Ok();
   }
-  ready(TakeCheckpointState());
+  ready(TakeCheckpointState(id));
   return Status::Ok();
 }
 
@@ -73,11 +130,11 @@ Status LayerExecutor::SyncState() const {
   return rt_.swap != nullptr ? rt_.swap->Sync() : Status::Ok();
 }
 
-Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState() {
+Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
   std::vector<UnitState> out;
   const uint32_t units = dims_.units();
   if (options_.optimizer_on_nvme) {
-    if (state_ext_[1].empty()) {
+    if (state_ext_.size() < 2) {
       return FailedPrecondition(
           "a checkpoint of optimizer state on NVMe needs two generations of it "
           "(ExecutorOptions::state_generations)");
@@ -93,8 +150,11 @@ Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState() {
       }
       hashes_known_[u] = 1;
     }
+    {
+      std::lock_guard<std::mutex> lock(protect_mu_);
+      protections_[id].assign(cur_gen_.begin(), cur_gen_.end());
+    }
     for (uint32_t u = 0; u < units; ++u) {
-      protected_gen_[u] = static_cast<int8_t>(cur_gen_[u]);
       UnitState s;
       s.unit = u;
       s.n = dims_.UnitParams(u);
@@ -114,7 +174,7 @@ Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState() {
   return out;
 }
 
-Status LayerExecutor::RestoreUnit(const UnitState& s) {
+Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   ZINF_RETURN_IF_ERROR(WaitStateHold());
   const uint32_t count = dims_.units();
@@ -143,8 +203,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s) {
           "restore: unit {} comes as arrays but this run keeps the optimizer state on NVMe", u));
     }
     int gen = -1;
-    for (int g = 0; g < 2 && gen < 0; ++g) {
-      if (state_ext_[g].empty()) continue;
+    for (int g = 0; g < static_cast<int>(state_ext_.size()) && gen < 0; ++g) {
       bool same = true;
       for (int r = 0; r < offload::kStateRoles; ++r) {
         same = same && state_ext_[g][u][r].offset == s.extents[r].offset &&
@@ -160,7 +219,12 @@ Status LayerExecutor::RestoreUnit(const UnitState& s) {
           u, dims_.UnitName(u), s.extents[0].offset, s.extents[0].bytes));
     }
     cur_gen_[u] = static_cast<uint8_t>(gen);
-    protected_gen_[u] = static_cast<int8_t>(gen);
+    {
+      std::lock_guard<std::mutex> lock(protect_mu_);
+      std::vector<int8_t>& gens = protections_[id];
+      gens.resize(count, -1);
+      gens[u] = static_cast<int8_t>(gen);
+    }
     uint8_t* slab = BounceBuffer();
     const auto layout = pipeline_->LayoutFor(n);
     const uint64_t at[offload::kStateRoles] = {layout.master, layout.exp_avg, layout.exp_avg_sq};

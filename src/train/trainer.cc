@@ -40,20 +40,72 @@ double Since(Clock::time_point t0) {
 // Swap file capacity: every unit's fp32 master, moments and gradient and its 16-bit copy, each
 // extent rounded up to the stripe unit (SwapSpace aligns extents to it) plus an O_DIRECT block;
 // with checkpoints, a second generation of the master weights and moments.
-uint64_t SwapBytes(const GptDims& d, const Config& c, bool generations) {
+uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations) {
   const uint64_t slack = c.zinf.stripe_bytes + 4096;
   uint64_t total = 0;
   for (uint32_t u = 0; u < d.units(); ++u) {
     total += 18 * d.UnitParams(u) + 5 * slack;
-    if (generations) total += 12 * d.UnitParams(u) + 3 * slack;
+    total += (generations - 1) * (12 * d.UnitParams(u) + 3 * slack);
   }
   return total;
 }
 
-// Whether `dir` is the directory `root` names (both exist).
-bool SameDirectory(const std::string& dir, const std::string& root) {
+// Whether two paths name the same file or directory (both exist).
+bool SamePath(const std::string& a, const std::string& b) {
   std::error_code ec;
-  return std::filesystem::equivalent(dir, root, ec);
+  return std::filesystem::equivalent(a, b, ec);
+}
+
+// Generations of NVMe-homed optimizer state a run keeps in its swap file: one per checkpoint
+// kept, plus the one steps write; a resume takes its checkpoint's (the swap file's layout).
+Result<uint32_t> StateGenerations(const Config& c, const ckpt::Manifest* resumed) {
+  const CheckpointConfig& ck = c.zinf.checkpoint;
+  if (c.zero.offload_optimizer.device != OffloadDevice::kNvme) return 1u;
+  if (resumed == nullptr) return ck.dir.empty() ? 1u : ck.keep + 1;
+  // Manifests from before zinf.checkpoint.keep applied to NVMe state had two.
+  const uint32_t recorded = resumed->training.value("state_generations", 2u);
+  if (!ck.dir.empty() && ck.keep + 1 > recorded) {
+    return InvalidArgument(fmt::format(
+        "--keep-checkpoints {}: the swap file of {} holds {} generations of the optimizer "
+        "state, room for {} checkpoints kept (the run that wrote it had keep {}); resume with "
+        "--keep-checkpoints {} or less", ck.keep, resumed->dir, recorded, recorded - 1,
+        recorded - 1, recorded - 1));
+  }
+  return recorded;
+}
+
+// A resume in the checkpoint root it came from: the root's other committed checkpoints (older
+// ones kept) name extents of the same swap file, which stay untouched until they are pruned.
+Status ProtectKeptCheckpoints(LayerExecutor& ex, const ckpt::Manifest& resumed,
+                              const std::vector<std::string>& swap_files) {
+  const std::string root = std::filesystem::path(resumed.dir).parent_path().string();
+  for (const auto& c : ckpt::Committed(root)) {
+    if (c.step >= resumed.step) continue;  // itself (newer ones are refused)
+    auto m = ckpt::Read(c.dir);
+    if (!m.ok()) {
+      Log().warn("train: {} does not read ({}); what it names in the swap file is not kept",
+                 c.dir, m.status().ToString());
+      continue;
+    }
+    bool same_swap = false;
+    for (const auto& f : m->files) {
+      same_swap |= f.kind == "swap" && !swap_files.empty() && SamePath(f.name, swap_files[0]);
+    }
+    if (!same_swap) continue;
+    ZINF_ASSIGN_OR_RETURN(const auto shards, StateShardsByUnit(*m, ex.dims()));
+    std::vector<UnitState> units;
+    for (uint32_t u = 0; u < shards.size(); ++u) {
+      UnitState st;
+      st.unit = u;
+      st.n = ex.dims().UnitParams(u);
+      for (int r = 0; r < offload::kStateRoles; ++r) {
+        st.extents[r] = {shards[u][r]->offset, shards[u][r]->length};
+      }
+      units.push_back(st);
+    }
+    ZINF_RETURN_IF_ERROR(ex.ProtectCheckpoint(m->step, units).WithContext(c.dir));
+  }
+  return Status::Ok();
 }
 
 std::string FormatEta(double seconds) {
@@ -206,8 +258,9 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   eo.micro_batches = static_cast<uint32_t>(gas);
   eo.adam.threads = static_cast<int>(c.zinf.adam_threads);
   eo.tracer = &tracer;
-  // Checkpoints of NVMe-homed state keep two generations of it in the swap file.
-  eo.state_generations = eo.optimizer_on_nvme && (!ck.dir.empty() || resuming);
+  // Checkpoints of NVMe-homed state keep generations of it in the swap file.
+  ZINF_ASSIGN_OR_RETURN(eo.state_generations,
+                        StateGenerations(c, resume_from ? &*resume_from : nullptr));
   eo.verify_state_reads = ck.verify_state_reads;
   bool swap_in_checkpoint = false;
   if (resume_from) {
@@ -233,7 +286,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                        .tracer = &tracer,
                                        .device_kind = opt.device,
                                        .h2d_gbps = opt.h2d_gbps,
-                                       .keep_swap_files = eo.state_generations,
+                                       .keep_swap_files = eo.state_generations > 1,
                                        .reuse_swap_files = swap_in_checkpoint,
                                        .wrap_backend = opt.wrap_backend}));
   ZINF_ASSIGN_OR_RETURN(Stream * compute, rt->device->CreateStream("compute"));
@@ -257,10 +310,12 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   }
   std::unique_ptr<Checkpointer> checkpointer;
   if (!ck.dir.empty()) {
-    std::optional<uint64_t> resumed_step;
-    if (resume_from && SameDirectory(
+    std::optional<uint64_t> resumed_step, resumed_elsewhere;
+    if (resume_from && SamePath(
                            std::filesystem::path(resume_from->dir).parent_path().string(), ck.dir)) {
       resumed_step = resumed.step;
+    } else if (resume_from) {
+      resumed_elsewhere = resumed.step;
     }
     ZINF_ASSIGN_OR_RETURN(checkpointer,
                           Checkpointer::Create({.root = ck.dir,
@@ -283,7 +338,14 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                                         : 12 * dims.TotalParams() + (64 << 10),
                                                 .state_on_nvme = eo.optimizer_on_nvme,
                                                 .swap_files = ex->SwapFilePaths(),
-                                                .resumed_step = resumed_step}));
+                                                .resumed_step = resumed_step,
+                                                .state_generations = eo.state_generations,
+                                                .release_after_first_commit =
+                                                    resumed_elsewhere}));
+    // What Create left of the root's older checkpoints stays untouched until pruned.
+    if (resumed_step && eo.optimizer_on_nvme) {
+      ZINF_RETURN_IF_ERROR(ProtectKeptCheckpoints(*ex, *resume_from, ex->SwapFilePaths()));
+    }
   }
   Log().info("train: {} parameters ({} layers, width {}, {} heads, seq {}, vocab {}), "
               "micro-batch {} x {} accumulation, {} on {}; weights ready in {:.1f} s",
