@@ -7,6 +7,8 @@
 #   tools/dev.sh build   set up and build only
 #   tools/dev.sh test-asan   the suite under AddressSanitizer + UndefinedBehaviorSanitizer, built
 #                            into build-asan/ (RelWithDebInfo, CUDA off; ~20 min on 2 cores)
+#   tools/dev.sh test-tsan   the suite under ThreadSanitizer, built into build-tsan/ (oneTBB
+#                            replaced by an instrumented std::thread stand-in; see README)
 #
 # Idempotent: packages already installed and an up-to-date build are skipped quickly.
 # Environment: BUILD_DIR (default build), JOBS (default nproc), ZINF_CUDA (AUTO|ON|OFF).
@@ -72,11 +74,24 @@ run_asan_tests() {
      ctest --output-on-failure -j "$jobs" --timeout 1200)
 }
 
+run_tsan_tests() {
+  setup
+  local dir=${BUILD_DIR:-$root/build-tsan}
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINF_CUDA=OFF \
+    -DZINF_SANITIZE=thread >/dev/null
+  cmake --build "$dir" -j "$jobs"
+  # A report fails the test (halt_on_error, exit code 66); suppressions only for third-party
+  # code, each justified in tools/tsan.supp.
+  (cd "$dir" && TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$root/tools/tsan.supp" \
+     ctest --output-on-failure -j "$jobs" --timeout 2400)
+}
+
 case "${1:-}" in
   run) shift; run_main "$@" ;;
   test) run_tests ;;
   test-asan) run_asan_tests ;;
+  test-tsan) run_tsan_tests ;;
   setup) setup ;;
   build) build ;;
-  *) echo "usage: tools/dev.sh run|test|test-asan|setup|build" >&2; exit 2 ;;
+  *) echo "usage: tools/dev.sh run|test|test-asan|test-tsan|setup|build" >&2; exit 2 ;;
 esac

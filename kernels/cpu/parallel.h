@@ -10,6 +10,9 @@
 // (a fence per chunk would stall every ~100 KiB on draining the write-combining buffers), and
 // its results are visible to the caller when ParallelForChunks returns.
 //
+// The ThreadSanitizer build implements this header with parallel_threads.cc (std::threads that
+// TSan can see) instead of parallel.cc (oneTBB).
+//
 // Thread-safety: may be called from several threads at once; calls sharing a thread count
 // share one arena (their chunks then interleave on its threads).
 #pragma once
