@@ -92,7 +92,12 @@ std::string CheckpointDirName(uint64_t step) { return fmt::format("step-{:010}",
 json Manifest::ToJson() const {
   json files_j = json::array();
   for (const FileEntry& f : files) {
-    files_j.push_back({{"name", f.name}, {"kind", f.kind}, {"bytes", f.bytes}});
+    json e = {{"name", f.name}, {"kind", f.kind}, {"bytes", f.bytes}};
+    if (!f.members.empty()) {
+      e["members"] = f.members;
+      e["stripe_bytes"] = f.stripe_bytes;
+    }
+    files_j.push_back(std::move(e));
   }
   json shards_j = json::array();
   for (const ShardEntry& s : shards) {
@@ -128,6 +133,35 @@ std::string Manifest::PathOf(const ShardEntry& shard) const {
   const FileEntry* f = FindFile(shard.file);
   if (f != nullptr && f->kind == "swap") return f->name;
   return (fs::path(dir) / shard.file).string();
+}
+
+std::vector<FilePiece> Manifest::Locate(const ShardEntry& shard, uint64_t pos,
+                                        uint64_t length) const {
+  const FileEntry* f = FindFile(shard.file);
+  if (f == nullptr || f->members.empty()) return {{PathOf(shard), shard.offset + pos, length}};
+  std::vector<FilePiece> out;
+  const uint64_t unit_bytes = f->stripe_bytes, n = f->members.size();
+  for (uint64_t logical = shard.offset + pos, left = length; left > 0;) {
+    const uint64_t unit = logical / unit_bytes, within = logical % unit_bytes;
+    const uint64_t len = std::min(left, unit_bytes - within);
+    const std::string& path = f->members[unit % n];
+    const uint64_t phys = (unit / n) * unit_bytes + within;
+    if (!out.empty() && out.back().path == path && out.back().offset + out.back().length == phys) {
+      out.back().length += len;
+    } else {
+      out.push_back({path, phys, len});
+    }
+    logical += len;
+    left -= len;
+  }
+  return out;
+}
+
+std::string Manifest::Describe(const ShardEntry& shard) const {
+  const FileEntry* f = FindFile(shard.file);
+  if (f == nullptr || f->members.empty()) return PathOf(shard);
+  return fmt::format("the swap space striped over {} ({} bytes a stripe unit)",
+                     fmt::join(f->members, ", "), f->stripe_bytes);
 }
 
 Status Commit(const std::string& dir, const Manifest& manifest) {
@@ -194,17 +228,29 @@ Result<Manifest> Read(const std::string& dir,
             "(a path escape): refused", path, i, e.name));
       }
     } else if (e.kind == "swap") {
-      if (!fs::path(e.name).is_absolute() || !IsSwapName(e.name)) {
-        return InvalidArgument(fmt::format(
-            "{}: files[{}] \"{}\" is not a zinf swap file (an absolute path named zinf.swap or "
-            "zinf.swap.<i>): refused", path, i, e.name));
+      if ((*files)[i].contains("members")) {
+        ZINF_RETURN_IF_ERROR(ff.Get("members", &e.members, "the striped swap files' paths"));
+        ZINF_RETURN_IF_ERROR(ff.Get("stripe_bytes", &e.stripe_bytes, "the stripe unit in bytes"));
+        if (e.members.size() < 2 || e.members[0] != e.name || e.stripe_bytes == 0) {
+          return InvalidArgument(fmt::format(
+              "{}: files[{}] \"{}\": a striped swap space needs two or more members, the first "
+              "being its name, and stripe_bytes > 0", path, i, e.name));
+        }
       }
-      if (allowed_swap_files &&
-          std::find(allowed_swap_files->begin(), allowed_swap_files->end(), e.name) ==
-              allowed_swap_files->end()) {
-        return InvalidArgument(fmt::format(
-            "{}: files[{}] \"{}\" is not one of this run's swap files: refused (the run's are "
-            "{})", path, i, e.name, fmt::join(*allowed_swap_files, ", ")));
+      for (const std::string& member : e.members.empty() ? std::vector<std::string>{e.name}
+                                                         : e.members) {
+        if (!fs::path(member).is_absolute() || !IsSwapName(member)) {
+          return InvalidArgument(fmt::format(
+              "{}: files[{}] \"{}\" is not a zinf swap file (an absolute path named zinf.swap "
+              "or zinf.swap.<i>): refused", path, i, member));
+        }
+        if (allowed_swap_files &&
+            std::find(allowed_swap_files->begin(), allowed_swap_files->end(), member) ==
+                allowed_swap_files->end()) {
+          return InvalidArgument(fmt::format(
+              "{}: files[{}] \"{}\" is not one of this run's swap files: refused (the run's "
+              "are {})", path, i, member, fmt::join(*allowed_swap_files, ", ")));
+        }
       }
     } else {
       return InvalidArgument(fmt::format("{}: files[{}] kind \"{}\"; expected \"data\" or "
@@ -329,22 +375,54 @@ Result<uint64_t> HashFileRange(const std::string& path, uint64_t offset, uint64_
   return h.Digest();
 }
 
+Status ReadShard(const Manifest& m, const ShardEntry& s, uint64_t pos, void* dst, uint64_t n) {
+  auto* out = static_cast<unsigned char*>(dst);
+  for (const FilePiece& p : m.Locate(s, pos, n)) {
+    const int fd = ::open(p.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, "open " + p.path);
+    Status st = PreadAll(fd, out, p.length, p.offset, p.path);
+    ::close(fd);
+    ZINF_RETURN_IF_ERROR(st);
+    out += p.length;
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// The xxHash64 of a shard's bytes, read piece by piece.
+Result<uint64_t> HashShard(const Manifest& m, const ShardEntry& s) {
+  const auto pieces = m.Locate(s, 0, s.length);
+  if (pieces.size() == 1) return HashFileRange(pieces[0].path, pieces[0].offset, s.length);
+  std::string buf(static_cast<size_t>(std::min(s.length, kHashChunk)), '\0');
+  Xxh64Stream h;
+  for (uint64_t done = 0; done < s.length;) {
+    const uint64_t n = std::min<uint64_t>(kHashChunk, s.length - done);
+    ZINF_RETURN_IF_ERROR(ReadShard(m, s, done, buf.data(), n));
+    h.Update(buf.data(), n);
+    done += n;
+  }
+  return h.Digest();
+}
+
+}  // namespace
+
 Status Verify(const Manifest& m, const std::function<void(const ShardEntry&)>& progress) {
   for (const ShardEntry& s : m.shards) {
-    const std::string path = m.PathOf(s);
-    auto h = HashFileRange(path, s.offset, s.length);
+    const std::string where = m.Describe(s);
+    auto h = HashShard(m, s);
     if (!h.ok()) {
       return Status(h.status().code() == StatusCode::kDataLoss ? StatusCode::kDataLoss
                                                                : h.status().code(),
                     fmt::format("checkpoint {}: shard {} of unit {} ({} bytes at offset {} of "
-                                "{}): {}", m.dir, s.role, s.unit, s.length, s.offset, path,
+                                "{}): {}", m.dir, s.role, s.unit, s.length, s.offset, where,
                                 h.status().message()));
     }
     if (*h != s.xxh64) {
       return DataLoss(fmt::format(
           "checkpoint {}: shard {} of unit {} ({} bytes at offset {} of {}) has xxHash64 {}, the "
           "manifest records {}: the data is corrupt",
-          m.dir, s.role, s.unit, s.length, s.offset, path, Xxh64Hex(*h), Xxh64Hex(s.xxh64)));
+          m.dir, s.role, s.unit, s.length, s.offset, where, Xxh64Hex(*h), Xxh64Hex(s.xxh64)));
     }
     if (progress) progress(s);
   }

@@ -49,6 +49,19 @@ struct FileEntry {
   std::string name;  // kind "data": a name in the checkpoint directory; "swap": an absolute path
   std::string kind;  // "data" or "swap"
   uint64_t bytes = 0;
+  // A swap space striped over several files (zinf.stripe_paths): every member's absolute path
+  // in stripe order (name is the first), and the stripe unit. Stripe unit k of the logical
+  // bytes lives in member k % n at (k / n) * stripe_bytes (io/swap_file.h); shard offsets are
+  // logical. Empty / 0 for one file.
+  std::vector<std::string> members;
+  uint64_t stripe_bytes = 0;
+};
+
+// Where `length` bytes of a shard lie on disk: one piece per file range.
+struct FilePiece {
+  std::string path;
+  uint64_t offset = 0;
+  uint64_t length = 0;
 };
 
 struct ShardEntry {
@@ -76,8 +89,13 @@ struct Manifest {
   std::string dir;  // where it was read from (set by Read)
 
   nlohmann::json ToJson() const;
-  // The path a shard's bytes are read from (checked by Read).
+  // The path a shard's bytes are read from (checked by Read); for a striped swap space, its
+  // first member (use Locate to read).
   std::string PathOf(const ShardEntry& shard) const;
+  // The file ranges holding bytes [pos, pos + length) of a shard, in order.
+  std::vector<FilePiece> Locate(const ShardEntry& shard, uint64_t pos, uint64_t length) const;
+  // "<path>" or "the swap space striped over <a>, <b>" (for messages).
+  std::string Describe(const ShardEntry& shard) const;
   const FileEntry* FindFile(const std::string& name) const;
 };
 
@@ -104,5 +122,8 @@ Status Verify(const Manifest& manifest,
               const std::function<void(const ShardEntry&)>& progress = nullptr);
 // The xxHash64 of `length` bytes of `path` from `offset` (read in pieces).
 Result<uint64_t> HashFileRange(const std::string& path, uint64_t offset, uint64_t length);
+// Reads bytes [pos, pos + n) of a shard into dst (through Locate), every read checked.
+Status ReadShard(const Manifest& manifest, const ShardEntry& shard, uint64_t pos, void* dst,
+                 uint64_t n);
 
 }  // namespace zinf::ckpt

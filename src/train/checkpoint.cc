@@ -115,10 +115,10 @@ struct Checkpointer::Job {
 
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointerOptions& o) {
   if (o.root.empty()) return InvalidArgument("zinf.checkpoint.dir: empty");
-  if (o.state_on_nvme && o.swap_files.size() != 1) {
-    return Unimplemented(fmt::format(
-        "zinf.checkpoint.dir: checkpoints of optimizer state on NVMe need one swap file; this "
-        "run stripes it over {} (zinf.stripe_paths): not built yet", o.swap_files.size()));
+  if (o.state_on_nvme && (o.swap_files.empty() || (o.swap_files.size() > 1 && o.stripe_bytes == 0))) {
+    return InvalidArgument(fmt::format(
+        "zinf.checkpoint.dir: the optimizer state is on NVMe but the checkpointer was given {} "
+        "swap files and stripe unit {}", o.swap_files.size(), o.stripe_bytes));
   }
   std::error_code ec;
   fs::create_directories(o.root, ec);
@@ -197,9 +197,12 @@ Status CheckSwapFilesFree(const std::vector<std::string>& swap_dirs, const std::
       if (!m.ok()) continue;
       bool names_here = false;
       for (const ckpt::FileEntry& f : m->files) {
-        names_here |= f.kind == "swap" &&
-                      fs::weakly_canonical(fs::path(f.name).parent_path(), ec) ==
-                          fs::weakly_canonical(dir, ec);
+        if (f.kind != "swap") continue;
+        for (const std::string& member : f.members.empty() ? std::vector<std::string>{f.name}
+                                                           : f.members) {
+          names_here |= fs::weakly_canonical(fs::path(member).parent_path(), ec) ==
+                        fs::weakly_canonical(dir, ec);
+        }
       }
       if (!names_here) continue;
       if (!resumed.empty() && fs::weakly_canonical(c.dir, ec).string() == resumed) return Status::Ok();
@@ -354,10 +357,18 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
   ckpt::Manifest m = job.manifest;
   if (options_.state_on_nvme) {
     const std::string& swap = options_.swap_files[0];
-    const uint64_t size = fs::file_size(swap, ec);
-    if (ec) return Status::FromErrno(ec.value(), "stat swap file " + swap);
+    uint64_t size = 0;  // of all members: shard offsets are logical
+    for (const std::string& member : options_.swap_files) {
+      size += fs::file_size(member, ec);
+      if (ec) return Status::FromErrno(ec.value(), "stat swap file " + member);
+    }
     ZINF_RETURN_IF_ERROR(executor_->SyncState().WithContext("checkpoint " + job.dir));
-    m.files.push_back({swap, "swap", size});
+    ckpt::FileEntry file{.name = swap, .kind = "swap", .bytes = size};
+    if (options_.swap_files.size() > 1) {
+      file.members = options_.swap_files;
+      file.stripe_bytes = options_.stripe_bytes;
+    }
+    m.files.push_back(file);
     for (const UnitState& u : units) {
       for (int r = 0; r < offload::kStateRoles; ++r) {
         m.shards.push_back({offload::kStateRoleNames[r], u.unit, "F32", {u.n}, swap, u.extents[r].offset, 4 * u.n,
@@ -494,11 +505,15 @@ Status CheckResumable(const ckpt::Manifest& m, const Config& c,
   }
   for (const ckpt::FileEntry& f : m.files) {
     if (f.kind != "swap") continue;
-    if (std::find(swap_files.begin(), swap_files.end(), f.name) == swap_files.end()) {
+    const std::vector<std::string> named =
+        f.members.empty() ? std::vector<std::string>{f.name} : f.members;
+    if (named != swap_files) {
       problems.push_back(fmt::format(
-          "the checkpoint keeps optimizer state in the swap file {}, which is not this run's "
-          "({}); the swap directory must be the one the checkpoint's run used",
-          f.name, swap_files.empty() ? std::string("none") : swap_files[0]));
+          "the checkpoint keeps optimizer state in the swap file(s) {}, not this run's ({}); "
+          "the swap directories (zinf.offload_optimizer.nvme_path, zinf.stripe_paths) must be "
+          "the ones the checkpoint's run used, in the same order",
+          fmt::join(named, ", "), swap_files.empty() ? std::string("none")
+                                                     : fmt::format("{}", fmt::join(swap_files, ", "))));
     }
   }
   if (!problems.empty()) {

@@ -89,7 +89,8 @@ struct CheckpointerOptions {
   // `keep` of them plus the one being written.
   uint64_t bytes_per_checkpoint = 0;
   bool state_on_nvme = false;
-  std::vector<std::string> swap_files;  // the run's, absolute (state_on_nvme)
+  std::vector<std::string> swap_files;  // the run's, absolute (state_on_nvme), stripe order
+  uint64_t stripe_bytes = 0;            // their stripe unit when there are several
   // The checkpoint the run resumed from, when it lies under root (it and older ones may stay).
   std::optional<uint64_t> resumed_step;
   // Generations of NVMe-homed state in the swap file (ExecutorOptions::state_generations),

@@ -90,7 +90,13 @@ Result<std::string> Describe(const ckpt::Manifest& m) {
     }
   }
   for (const ckpt::FileEntry& f : m.files) {
-    line(fmt::format("  file {} ({}, {} bytes)", f.name, f.kind, f.bytes));
+    if (f.members.empty()) {
+      line(fmt::format("  file {} ({}, {} bytes)", f.name, f.kind, f.bytes));
+    } else {
+      line(fmt::format("  {} striped over {} files, {} bytes a unit ({} bytes):", f.kind,
+                       f.members.size(), f.stripe_bytes, f.bytes));
+      for (const std::string& member : f.members) line("    " + member);
+    }
   }
   return out;
 }
@@ -116,19 +122,27 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
       const std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
       for (int r = 0; r < (o.optimizer_state ? 3 : 1); ++r) {
         const ckpt::ShardEntry* s = shards[u][r];
-        const std::string path = m.PathOf(*s);
-        const uint64_t base = s->offset + 4 * t.offset;  // the tensor's first fp32 in the file
+        const uint64_t base = 4 * t.offset;  // the tensor's first fp32 in the shard
         const Dtype dtype = r == 0 ? o.dtype : Dtype::kF32;
         TensorToWrite w{.name = r == 0 ? t.name : t.name + "." + offload::kStateRoleNames[r],
                         .dtype = dtype,
                         .shape = shape};
-        w.fill = [files, staging, path, base, dtype](void* dst, uint64_t offset,
-                                                     uint64_t bytes) -> Status {
-          ZINF_ASSIGN_OR_RETURN(int fd, files->Get(path));
-          if (dtype == Dtype::kF32) return PreadAll(fd, dst, bytes, base + offset, path);
+        // Bytes [pos, pos + n) of the shard into dst, through the files (striped or not).
+        auto read = [&m, files, s](uint64_t pos, void* dst, uint64_t n) -> Status {
+          auto* out = static_cast<unsigned char*>(dst);
+          for (const ckpt::FilePiece& p : m.Locate(*s, pos, n)) {
+            ZINF_ASSIGN_OR_RETURN(int fd, files->Get(p.path));
+            ZINF_RETURN_IF_ERROR(PreadAll(fd, out, p.length, p.offset, p.path));
+            out += p.length;
+          }
+          return Status::Ok();
+        };
+        w.fill = [read, staging, base, dtype](void* dst, uint64_t offset,
+                                              uint64_t bytes) -> Status {
+          if (dtype == Dtype::kF32) return read(base + offset, dst, bytes);
           const uint64_t n = bytes / 2;  // BF16 elements
           staging->resize(static_cast<size_t>(n));
-          ZINF_RETURN_IF_ERROR(PreadAll(fd, staging->data(), 4 * n, base + 2 * offset, path));
+          ZINF_RETURN_IF_ERROR(read(base + 2 * offset, staging->data(), 4 * n));
           return kernels::CastFromF32(staging->data(), dst, kernels::DType::kBf16, n);
         };
         tensors.push_back(std::move(w));

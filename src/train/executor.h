@@ -213,6 +213,8 @@ class LayerExecutor {
   Status RestoreUnit(const UnitState& state, uint64_t id);
   // The swap files of the run (absolute paths), for a checkpoint's manifest.
   std::vector<std::string> SwapFilePaths() const;
+  // The stripe unit of a swap space striped over several files (0: one file or none).
+  uint64_t SwapStripeBytes() const;
   // The accumulated gradients are dead (consumed by OptimizerStep, which calls this, or a skipped
   // step): their copies are dropped without being written home.
   Status DiscardGradients();

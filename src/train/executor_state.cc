@@ -268,6 +268,11 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
   return Status::Ok();
 }
 
+uint64_t LayerExecutor::SwapStripeBytes() const {
+  if (rt_.swap == nullptr || rt_.swap->swap_file().members().size() < 2) return 0;
+  return rt_.swap->swap_file().stripe_bytes();
+}
+
 std::vector<std::string> LayerExecutor::SwapFilePaths() const {
   if (rt_.swap == nullptr) return {};
   return rt_.swap->Paths();

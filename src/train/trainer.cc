@@ -338,6 +338,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                                         : 12 * dims.TotalParams() + (64 << 10),
                                                 .state_on_nvme = eo.optimizer_on_nvme,
                                                 .swap_files = ex->SwapFilePaths(),
+                                                .stripe_bytes = ex->SwapStripeBytes(),
                                                 .resumed_step = resumed_step,
                                                 .state_generations = eo.state_generations,
                                                 .release_after_first_commit =

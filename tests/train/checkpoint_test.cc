@@ -21,55 +21,19 @@
 #include "src/ckpt/manifest.h"
 #include "src/train/trainer.h"
 #include "tests/test_util.h"
+#include "tests/train/checkpoint_test_util.h"
 
 namespace zinf::train {
 namespace {
 
 constexpr uint64_t kSteps = 6;
 
-Config Offloaded(const std::string& swap_dir) {
-  std::filesystem::create_directories(swap_dir);
-  Config c;
-  c.zinf.model = {.layers = 2, .width = 32, .heads = 4, .seq_len = 16, .vocab = 64};
-  c.train.train_micro_batch_size_per_gpu = 4;
-  c.train.gradient_clipping = 1.0;
-  c.optimizer.lr = 3e-3;
-  c.zinf.adam_threads = 2;
-  c.zero.offload_param = {.device = OffloadDevice::kNvme, .nvme_path = swap_dir};
-  c.zero.offload_optimizer = {.device = OffloadDevice::kNvme, .nvme_path = swap_dir};
-  c.zinf.budgets.device_bytes = 4 << 20;
-  c.zinf.budgets.pinned_bytes = 16 << 20;
-  return c;
-}
+using testing_ckpt::Losses;
+using testing_ckpt::Offloaded;
+using testing_ckpt::Slurp;
 
 TrainOptions Options(const Config& c, const std::string& dir, const std::string& tag) {
-  TrainOptions o;
-  o.config = c;
-  o.steps = kSteps;
-  o.synthetic_bytes = 64 << 10;
-  o.losses_path = dir + "/" + tag + ".losses";
-  o.save_path = dir + "/" + tag + ".safetensors";
-  o.device = DeviceKind::kHost;
-  return o;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// The losses lines without their times.
-std::vector<std::string> Losses(const std::vector<std::string>& paths) {
-  std::vector<std::string> r;
-  for (const auto& p : paths) {
-    std::ifstream in(p);
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      j.erase("seconds");
-      r.push_back(j.dump());
-    }
-  }
-  return r;
+  return testing_ckpt::Options(c, dir, tag, kSteps);
 }
 
 struct Fault {
