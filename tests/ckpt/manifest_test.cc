@@ -145,6 +145,29 @@ TEST(ManifestTest, AManifestNamingAFileOutsideTheCheckpointOrTheRunsSwapFilesIsR
       {"a bad hash", [](auto& j) { j["shards"][0]["xxh64"] = "xyz"; }, "16 hex digits"},
       {"another format version", [](auto& j) { j["format_version"] = 9; }, "format_version 9"},
       {"several ranks", [](auto& j) { j["world"]["size"] = 4; }, "world size 4"},
+      {"a striped member that is not a swap file", [](auto& j) {
+         j["files"].push_back({{"name", "/s/zinf.swap.0"}, {"kind", "swap"}, {"bytes", 64},
+                               {"members", {"/s/zinf.swap.0", "/etc/passwd"}},
+                               {"stripe_bytes", 4096}});
+         j["shards"][0]["file"] = "/s/zinf.swap.0"; },
+       "\"/etc/passwd\" is not a zinf swap file"},
+      {"a striped member given relative", [](auto& j) {
+         j["files"].push_back({{"name", "/s/zinf.swap.0"}, {"kind", "swap"}, {"bytes", 64},
+                               {"members", {"/s/zinf.swap.0", "../t/zinf.swap.1"}},
+                               {"stripe_bytes", 4096}});
+         j["shards"][0]["file"] = "/s/zinf.swap.0"; },
+       "not a zinf swap file"},
+      {"one striped member", [](auto& j) {
+         j["files"].push_back({{"name", "/s/zinf.swap.0"}, {"kind", "swap"}, {"bytes", 64},
+                               {"members", {"/s/zinf.swap.0"}}, {"stripe_bytes", 4096}});
+         j["shards"][0]["file"] = "/s/zinf.swap.0"; },
+       "two or more members"},
+      {"no stripe unit", [](auto& j) {
+         j["files"].push_back({{"name", "/s/zinf.swap.0"}, {"kind", "swap"}, {"bytes", 64},
+                               {"members", {"/s/zinf.swap.0", "/t/zinf.swap.1"}},
+                               {"stripe_bytes", 0}});
+         j["shards"][0]["file"] = "/s/zinf.swap.0"; },
+       "stripe_bytes > 0"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -169,6 +192,28 @@ TEST(ManifestTest, AManifestNamingAFileOutsideTheCheckpointOrTheRunsSwapFilesIsR
   auto other = Read(fresh.dir, std::vector<std::string>{"/data/run2/zinf.swap"});
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("not one of this run's swap files"), std::string::npos);
+  // Striped: every member must be one of the run's, and a shard's bytes map through stripes.
+  EditManifest(fresh.dir, [&](auto& j) {
+    j["files"].push_back({{"name", "/s/zinf.swap.0"}, {"kind", "swap"}, {"bytes", 4 * 4096},
+                          {"members", {"/s/zinf.swap.0", "/t/zinf.swap.1"}},
+                          {"stripe_bytes", 4096}});
+    j["shards"][1]["file"] = "/s/zinf.swap.0";
+    j["shards"][1]["offset"] = 4096 - 8;  // 16 bytes: the end of unit 0, the start of unit 1
+  });
+  auto striped = Read(fresh.dir, std::vector<std::string>{swap, "/s/zinf.swap.0", "/t/zinf.swap.1"});
+  ASSERT_TRUE(striped.ok()) << striped.status().ToString();
+  const auto pieces = striped->Locate(striped->shards[1], 0, 16);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].path, "/s/zinf.swap.0");
+  EXPECT_EQ(pieces[0].offset, 4096u - 8);
+  EXPECT_EQ(pieces[0].length, 8u);
+  EXPECT_EQ(pieces[1].path, "/t/zinf.swap.1");
+  EXPECT_EQ(pieces[1].offset, 0u);
+  EXPECT_EQ(pieces[1].length, 8u);
+  auto not_mine = Read(fresh.dir, std::vector<std::string>{swap, "/s/zinf.swap.0"});
+  ASSERT_FALSE(not_mine.ok());
+  EXPECT_NE(not_mine.status().message().find("/t/zinf.swap.1"), std::string::npos)
+      << not_mine.status().message();
   // A repeated key is refused, not silently resolved.
   ASSERT_TRUE(WriteFileAtomically(fresh.dir + "/manifest.json",
                                   R"({"format": "zinf-checkpoint", "format": "x"})").ok());
