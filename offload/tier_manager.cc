@@ -475,7 +475,9 @@ Result<Lease::Ready> TierManager::WaitFor(ShardId id, Tier tier, bool enqueued_o
   bool waited = false;
   // Not while a write-back reads the copy (kWriting): the lease may write it, and a transfer
   // must never read memory a lease writes.
+  // Nor while an h2d copy reads the host copy (h2d_reading), for the same reason.
   auto usable = [&] {
+    if (tier == Tier::kHost && s.h2d_reading) return false;
     return c.state == Copy::kReady ||
            (enqueued_ok && tier == Tier::kDevice && c.state == Copy::kLoading && c.enqueued);
   };

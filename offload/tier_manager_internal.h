@@ -44,6 +44,7 @@ struct TierManager::Shard {
   int cls[2] = {-1, -1};         // slot class per tier (after Seal)
   Copy copy[2];                  // [device], [host]
   bool device_wants_host = false;  // an h2d waits for the host copy's load
+  bool h2d_reading = false;  // an h2d copy reads the host copy: a host lease waits for it
 };
 
 }  // namespace zinf::offload

@@ -287,11 +287,13 @@ void TierManager::StartHostToDevice(ShardId id) {
     }
   }
   if (st.ok()) {
+    s.h2d_reading = true;  // the callback, which clears it, cannot run before mu_ is released
     st = device_.Launch(h2d_, [this, id, t0 = Clock::now()] {
       std::lock_guard l(mu_);
       Shard& sh = *shards_[id];
       Copy& dc = sh.copy[kDev];
       Copy& hc = sh.copy[kHostIdx];
+      sh.h2d_reading = false;
       Span("h2d", sh.spec.name, t0);
       dc.state = Copy::kReady;
       dc.enqueued = false;
@@ -306,6 +308,7 @@ void TierManager::StartHostToDevice(ShardId id) {
     });
   }
   if (!st.ok()) {
+    s.h2d_reading = false;
     inflight_bytes_[1] -= s.spec.bytes;
     AbandonDeviceLoad(id, st);
   }
@@ -424,6 +427,10 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
       }
     }
     if (c.state != Copy::kAbsent) return Status::Ok();  // loaded meanwhile
+  }
+  if (prefetch && s.copy[kHostIdx].leases > 0) {
+    // A leaseholder may be writing the host copy: an h2d must not read it now.
+    return ResourceExhausted("prefetch: the host copy is leased");
   }
   Slot slot;
   ZINF_RETURN_IF_ERROR(Reserve(lock, Tier::kDevice, id, prefetch, need_pos, &slot));
