@@ -143,7 +143,21 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
   if (tier == Tier::kDevice) {
     Copy& h = s.copy[kHostIdx];
     c.pins++;  // nobody may free it while it is read
-    if (h.state == Copy::kAbsent) {
+    // Until a ready host copy is in hand with the lock held since the checks: Reserve and the
+    // waits let go of the lock, and meanwhile another thread may write the copy back (then a
+    // leaseholder of the host copy may be writing it: this write-back must not land there),
+    // or free the host copy.
+    while (true) {
+      if (!c.dirty) {
+        c.pins--;
+        cv_.notify_all();
+        return Status::Ok();
+      }
+      if (h.state == Copy::kLoading || h.state == Copy::kWriting) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (h.state != Copy::kAbsent) break;
       Slot slot;
       c.waiter = std::this_thread::get_id();
       Status st = Reserve(lock, Tier::kHost, id, false, 0, &slot);
@@ -153,15 +167,16 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
         cv_.notify_all();  // a waiter may have seen this pin as a transfer in flight
         return st.WithContext(fmt::format("writing {} back from the device", s.spec.name));
       }
-      if (h.state == Copy::kAbsent) {
-        h.slot = std::move(slot);
-        h.ptr = h.slot.ptr;
-        h.state = Copy::kReady;
-      } else {
+      if (h.state != Copy::kAbsent || !c.dirty) {
         GiveSlot(id, Tier::kHost, std::move(slot));
+        continue;
       }
+      h.slot = std::move(slot);
+      h.ptr = h.slot.ptr;
+      h.state = Copy::kReady;
+      break;
     }
-    while (h.state == Copy::kLoading || h.state == Copy::kWriting) cv_.wait(lock);
+    const uint64_t copied_version = c.version;  // what the d2h copies
     h.pins++;
     // Readers of the host copy wait until the data has landed (unless a lease already holds it).
     const bool landing = h.leases == 0;
@@ -197,7 +212,7 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
       return st.WithContext(fmt::format("copying {} to the host", s.spec.name));
     }
     stats_.d2h_bytes += s.spec.bytes;
-    if (c.version == version) {
+    if (c.version == copied_version) {
       c.dirty = false;
       h.stale = false;  // it now holds the newest data
       if (s.spec.home == Tier::kNvme) {
