@@ -22,7 +22,7 @@ packages=(
   build-essential cmake pkg-config
   liburing-dev libaio-dev libtbb-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libgloo-dev
   fio python3 python3-torch
 )
 

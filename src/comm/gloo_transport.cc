@@ -1,0 +1,251 @@
+#include "src/comm/gloo_transport.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/reduce_scatter.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "src/comm/tcp_store.h"
+
+namespace zinf::comm {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+// Gloo's Store interface over the TCP store; Gloo wants exceptions.
+class GlooTcpStore final : public gloo::rendezvous::Store {
+ public:
+  GlooTcpStore(TcpStoreClient& c, Ms timeout) : client_(c), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Status s = client_.Set(key, std::vector<uint8_t>(data.begin(), data.end()));
+    if (!s.ok()) throw std::runtime_error(s.message());
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto v = client_.Get(key, timeout_);
+    if (!v.ok()) throw std::runtime_error(v.status().message());
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const Ms& timeout) override {
+    for (const auto& k : keys) {
+      auto v = client_.Get(k, timeout);
+      if (!v.ok()) throw std::runtime_error(v.status().message());
+    }
+  }
+
+ private:
+  TcpStoreClient& client_;
+  Ms timeout_;
+};
+
+bool IsLoopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+class GlooTransport final : public Transport {
+ public:
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  std::string Describe() const override { return describe_; }
+
+  Status Exchange(uint64_t tag, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                  Ms timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int peer = -1;
+    const char* what = "";
+    try {
+      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> rb, sb;
+      rb.reserve(recvs.size());
+      sb.reserve(sends.size());
+      for (const RecvOp& r : recvs) {
+        if (r.bytes == 0) continue;
+        peer = r.peer;
+        what = "posting a receive from";
+        rb.push_back(context_->createUnboundBuffer(r.data, r.bytes));
+        rb.back()->recv(r.peer, tag, 0, r.bytes);
+      }
+      for (const SendOp& s : sends) {
+        if (s.bytes == 0) continue;
+        peer = s.peer;
+        what = "sending to";
+        sb.push_back(context_->createUnboundBuffer(const_cast<void*>(s.data), s.bytes));
+        sb.back()->send(s.peer, tag, 0, s.bytes);
+      }
+      size_t i = 0;
+      for (const RecvOp& r : recvs) {
+        if (r.bytes == 0) continue;
+        peer = r.peer;
+        what = "receiving from";
+        const auto left = std::chrono::duration_cast<Ms>(deadline -
+                                                         std::chrono::steady_clock::now());
+        if (!rb[i++]->waitRecv(nullptr, std::max(left, Ms(1))))
+          return Aborted(fmt::format("rank {}: the receive from rank {} was aborted", rank_,
+                                     r.peer));
+      }
+      i = 0;
+      for (const SendOp& s : sends) {
+        if (s.bytes == 0) continue;
+        peer = s.peer;
+        what = "sending to";
+        const auto left = std::chrono::duration_cast<Ms>(deadline -
+                                                         std::chrono::steady_clock::now());
+        if (!sb[i++]->waitSend(nullptr, std::max(left, Ms(1))))
+          return Aborted(fmt::format("rank {}: the send to rank {} was aborted", rank_, s.peer));
+      }
+    } catch (const std::exception& e) {
+      const std::string msg = e.what();
+      if (msg.find("Timed out") != std::string::npos || msg.find("imed out") != std::string::npos)
+        return Aborted(fmt::format("rank {}: no answer from rank {} within {} s while {} it "
+                                   "(stuck, or issuing other collectives?): {}",
+                                   rank_, peer, double(timeout.count()) / 1000.0, what, msg));
+      return Status(StatusCode::kUnavailable,
+                    fmt::format("rank {}: the connection with rank {} failed while {} it (rank "
+                                "{} dead?): {}",
+                                rank_, peer, what, peer, msg));
+    }
+    return Status::Ok();
+  }
+
+  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStoreClient> client_;
+  std::unique_ptr<gloo::rendezvous::Store> base_store_;  // the TCP or file store
+  std::unique_ptr<gloo::rendezvous::Store> store_;       // base_store_ under the job's prefix
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  int rank_ = 0, world_ = 1;
+  std::string describe_;
+};
+
+Status Rendezvous(const WorldEnv& env, Ms timeout, GlooTransport& t) {
+  const std::string prefix = fmt::format("zinf/{}", env.run_id.empty() ? "job" : env.run_id);
+  std::unique_ptr<gloo::rendezvous::Store>& base = t.base_store_;
+  if (env.store_dir.empty()) {
+    if (env.rank == 0) {
+      ZINF_ASSIGN_OR_RETURN(t.server_, TcpStoreServer::Start(env.master_addr, env.master_port));
+    }
+    ZINF_ASSIGN_OR_RETURN(t.client_,
+                          TcpStoreClient::Connect(env.master_addr, env.master_port, timeout));
+    const std::vector<uint8_t> me{uint8_t(env.rank & 0xff), uint8_t(env.rank >> 8)};
+    ZINF_ASSIGN_OR_RETURN(bool claimed,
+                          t.client_->Claim(fmt::format("{}/rank/{}", prefix, env.rank), me));
+    if (!claimed)
+      return FailedPrecondition(fmt::format(
+          "RANK={} joined twice at {}: two processes were given the same RANK", env.rank,
+          t.client_->address()));
+    base = std::make_unique<GlooTcpStore>(*t.client_, timeout);
+  } else {
+    base = std::make_unique<gloo::rendezvous::FileStore>(env.store_dir);
+  }
+  // WORLD_SIZE must be rank 0's.
+  const std::string world_key = prefix + "/world";
+  if (env.rank == 0) {
+    const std::string w = std::to_string(env.world);
+    base->set(world_key, std::vector<char>(w.begin(), w.end()));
+  } else {
+    base->wait({world_key}, timeout);
+    const auto v = base->get(world_key);
+    const std::string theirs(v.begin(), v.end());
+    if (theirs != std::to_string(env.world))
+      return FailedPrecondition(fmt::format(
+          "wrong world size: rank 0 runs WORLD_SIZE={}, rank {} was given WORLD_SIZE={}", theirs,
+          env.rank, env.world));
+  }
+  t.store_ = std::make_unique<gloo::rendezvous::PrefixStore>(prefix + "/gloo", *base);
+  gloo::transport::tcp::attr attr;
+  if (!env.socket_host.empty()) {
+    attr.hostname = env.socket_host;
+  } else if (IsLoopback(env.master_addr)) {
+    attr.hostname = "127.0.0.1";
+  } else {
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    attr.hostname = host;
+  }
+  auto dev = gloo::transport::tcp::CreateDevice(attr);
+  t.context_ = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world);
+  t.context_->setTimeout(timeout);
+  t.context_->connectFullMesh(*t.store_, dev);
+  t.rank_ = env.rank;
+  t.world_ = env.world;
+  t.describe_ = fmt::format("gloo tcp {} ({} ranks)", attr.hostname, env.world);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> ConnectGloo(const WorldEnv& env, Ms timeout) {
+  auto t = std::make_unique<GlooTransport>();
+  try {
+    Status s = Rendezvous(env, timeout, *t);
+    if (!s.ok()) return s.WithContext(fmt::format("rank {}: joining the world", env.rank));
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("rank {}: joining the world of {} through {}: {}", env.rank,
+                              env.world, env.Describe(), e.what()));
+  }
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+namespace {
+gloo::rendezvous::Context& Ctx(Transport& t) { return *static_cast<GlooTransport&>(t).context_; }
+std::shared_ptr<gloo::Context> Shared(Transport& t) {
+  return static_cast<GlooTransport&>(t).context_;
+}
+Status Caught(const char* what, const std::exception& e) {
+  return Status(StatusCode::kUnavailable, fmt::format("gloo {}: {}", what, e.what()));
+}
+}  // namespace
+
+Status GlooRaw::AllReduce(Transport& t, float* buf, size_t count) {
+  try {
+    gloo::AllreduceOptions o(Shared(t));
+    o.setOutput(buf, count);
+    o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
+        &gloo::sum<float>));
+    gloo::allreduce(o);
+  } catch (const std::exception& e) {
+    return Caught("allreduce", e);
+  }
+  return Status::Ok();
+}
+
+Status GlooRaw::AllGather(Transport& t, const float* send, float* recv, size_t count) {
+  try {
+    gloo::AllgatherOptions o(Shared(t));
+    o.setInput(const_cast<float*>(send), count);
+    o.setOutput(recv, count * size_t(Ctx(t).size));
+    gloo::allgather(o);
+  } catch (const std::exception& e) {
+    return Caught("allgather", e);
+  }
+  return Status::Ok();
+}
+
+Status GlooRaw::ReduceScatter(Transport& t, float* buf, size_t count_per_rank) {
+  try {
+    const int w = Ctx(t).size;
+    const std::vector<int> recv(static_cast<size_t>(w), static_cast<int>(count_per_rank));
+    const std::vector<float*> ptrs{buf};
+    gloo::ReduceScatterHalvingDoubling<float> rs(Shared(t), ptrs, int(count_per_rank) * w,
+                                                 recv);
+    rs.run();
+  } catch (const std::exception& e) {
+    return Caught("reduce-scatter", e);
+  }
+  return Status::Ok();
+}
+
+}  // namespace zinf::comm

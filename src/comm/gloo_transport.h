@@ -1,0 +1,35 @@
+// src/comm/gloo_transport.h — the Transport over Gloo's TCP pairs (CPU ranks; what PyTorch
+// uses on CPUs), and the raw Gloo collectives bench-comm compares zinf's against.
+//
+// Contract: ConnectGloo does the rendezvous world.h describes and returns a transport whose
+// Exchange posts Gloo unbound-buffer sends and receives (slot = tag) and waits for each with the
+// time left; Gloo's exceptions become Status (a timeout: Aborted naming the peer; a closed or
+// broken connection: Unavailable naming the peer and Gloo's message). The transport keeps rank
+// 0's store server alive for its lifetime.
+// GlooRaw runs Gloo's own allreduce (ring), allgather and, for the reduce-scatter,
+// ReduceScatterHalvingDoubling, on the same context: the transport's baseline.
+//
+// Thread-safety: one Exchange at a time (the communicator's thread); GlooRaw only while no
+// communicator operation runs on the same transport.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "src/comm/transport.h"
+#include "src/comm/world.h"
+
+namespace zinf::comm {
+
+Result<std::unique_ptr<Transport>> ConnectGloo(const WorldEnv& env,
+                                               std::chrono::milliseconds timeout);
+
+// Gloo's own collectives on fp32 (bench-comm's baseline). `transport` must come from ConnectGloo.
+// Exceptions become Status.
+struct GlooRaw {
+  static Status AllReduce(Transport& transport, float* buf, size_t count);
+  static Status AllGather(Transport& transport, const float* send, float* recv, size_t count);
+  static Status ReduceScatter(Transport& transport, float* buf, size_t count_per_rank);
+};
+
+}  // namespace zinf::comm

@@ -1,0 +1,318 @@
+#include "src/comm/p2p_communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "src/comm/reduce.h"
+#include "src/comm/work_state.h"
+
+namespace zinf::comm {
+namespace {
+
+// What every rank must agree on for one operation (check_sequence).
+struct Desc {
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  int32_t root = 0;
+  uint8_t kind = 0, send_type = 0, recv_type = 0, pad = 0;
+  bool operator==(const Desc&) const = default;
+};
+
+std::string DescribeOp(const Desc& d) {
+  const auto kind = static_cast<OpKind>(d.kind);
+  const auto st = static_cast<DType>(d.send_type), rt = static_cast<DType>(d.recv_type);
+  switch (kind) {
+    case OpKind::kBarrier:
+      return fmt::format("#{} barrier", d.seq);
+    case OpKind::kBroadcast:
+      return fmt::format("#{} broadcast of {} bytes from rank {}", d.seq, d.count, d.root);
+    case OpKind::kAllGather:
+      return fmt::format("#{} all_gather of {} {}", d.seq, d.count, DTypeName(st));
+    default:
+      return fmt::format("#{} {} of {} {} into {}", d.seq, OpKindName(kind), d.count,
+                         DTypeName(st), DTypeName(rt));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> P2PCommunicator::Create(std::unique_ptr<Transport> transport,
+                                                      const CommOptions& options) {
+  return std::unique_ptr<Communicator>(new P2PCommunicator(std::move(transport), options));
+}
+
+P2PCommunicator::P2PCommunicator(std::unique_ptr<Transport> t, const CommOptions& o)
+    : transport_(std::move(t)), options_(o) {
+  rank_ = transport_->rank();
+  world_ = transport_->world();
+  if (options_.piece_bytes < 64) options_.piece_bytes = 64;
+  worker_ = std::thread([this] { Run(); });
+}
+
+P2PCommunicator::~P2PCommunicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+Work P2PCommunicator::Issue(Op op) {
+  op.state = std::make_shared<Work::State>();
+  Work w(op.state);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_all();
+  return w;
+}
+
+Work P2PCommunicator::AllGather(const void* send, void* recv, size_t count, DType type) {
+  if (count > 0 && (send == nullptr || recv == nullptr))
+    return Work::Finished(InvalidArgument("all_gather: null buffer"));
+  return Issue({.kind = OpKind::kAllGather, .send = send, .recv = recv, .count = count,
+                .send_type = type, .recv_type = type});
+}
+
+Work P2PCommunicator::ReduceScatter(const void* send, DType send_type, void* recv,
+                                    DType recv_type, size_t count) {
+  if (!ReducePair(send_type, recv_type))
+    return Work::Finished(InvalidArgument(fmt::format(
+        "reduce_scatter: cannot sum {} into {} (supported: f32/bf16/f16 into f32, f64, i32, "
+        "i64)", DTypeName(send_type), DTypeName(recv_type))));
+  if (count > 0 && (send == nullptr || recv == nullptr))
+    return Work::Finished(InvalidArgument("reduce_scatter: null buffer"));
+  return Issue({.kind = OpKind::kReduceScatter, .send = send, .recv = recv, .count = count,
+                .send_type = send_type, .recv_type = recv_type});
+}
+
+Work P2PCommunicator::AllReduce(const void* send, DType send_type, void* recv, DType recv_type,
+                                size_t count) {
+  if (!ReducePair(send_type, recv_type))
+    return Work::Finished(InvalidArgument(fmt::format(
+        "all_reduce: cannot sum {} into {} (supported: f32/bf16/f16 into f32, f64, i32, i64)",
+        DTypeName(send_type), DTypeName(recv_type))));
+  if (count > 0 && (send == nullptr || recv == nullptr))
+    return Work::Finished(InvalidArgument("all_reduce: null buffer"));
+  if (send == recv && send_type != recv_type)
+    return Work::Finished(InvalidArgument("all_reduce: in place needs equal send and receive "
+                                          "types"));
+  return Issue({.kind = OpKind::kAllReduce, .send = send, .recv = recv, .count = count,
+                .send_type = send_type, .recv_type = recv_type});
+}
+
+Work P2PCommunicator::Broadcast(void* buf, size_t bytes, int root) {
+  if (root < 0 || root >= world_)
+    return Work::Finished(InvalidArgument(
+        fmt::format("broadcast: root {} is not a rank of a world of {}", root, world_)));
+  if (bytes > 0 && buf == nullptr) return Work::Finished(InvalidArgument("broadcast: null buffer"));
+  return Issue({.kind = OpKind::kBroadcast, .send = buf, .recv = buf, .count = bytes,
+                .root = root});
+}
+
+Work P2PCommunicator::Barrier() { return Issue({.kind = OpKind::kBarrier}); }
+
+CommStats P2PCommunicator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void P2PCommunicator::Run() {
+  for (;;) {
+    Op op;
+    Status broken;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, everything issued is done
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      broken = broken_;
+    }
+    ++op_seq_;
+    if (!broken.ok()) {
+      op.state->Finish(Aborted(fmt::format(
+          "{} #{}: the communicator failed earlier: {}", OpKindName(op.kind), op_seq_,
+          broken.message())));
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = Execute(op);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto k = static_cast<size_t>(op.kind);
+      stats_.ops[k] += 1;
+      stats_.seconds[k] += secs;
+      if (!s.ok() && broken_.ok()) broken_ = s;
+    }
+    op.state->Finish(std::move(s));
+  }
+}
+
+Status P2PCommunicator::Exchange(const OpKind* kind, std::span<const SendOp> sends,
+                                 std::span<const RecvOp> recvs) {
+  Status s = transport_->Exchange(tag_++, sends, recvs, options_.timeout);
+  if (kind != nullptr) {
+    uint64_t out = 0, in = 0;
+    for (const SendOp& o : sends) out += o.bytes;
+    for (const RecvOp& o : recvs) in += o.bytes;
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.bytes_sent[size_t(*kind)] += out;
+    stats_.bytes_received[size_t(*kind)] += in;
+  }
+  return s;
+}
+
+Status P2PCommunicator::CheckSequence(const Op& op) {
+  const Desc mine{.seq = op_seq_, .count = op.count, .root = op.root,
+                  .kind = uint8_t(op.kind), .send_type = uint8_t(op.send_type),
+                  .recv_type = uint8_t(op.recv_type)};
+  std::vector<Desc> theirs(static_cast<size_t>(world_));
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    sends.push_back({p, &mine, sizeof(Desc)});
+    recvs.push_back({p, &theirs[size_t(p)], sizeof(Desc)});
+  }
+  ZINF_RETURN_IF_ERROR(Exchange(nullptr, sends, recvs));
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_ || theirs[size_t(p)] == mine) continue;
+    return FailedPrecondition(fmt::format(
+        "collective sequence differs: rank {} issued {}, rank {} issued {}; every rank must "
+        "issue the same collectives in the same order", rank_, DescribeOp(mine), p,
+        DescribeOp(theirs[size_t(p)])));
+  }
+  return Status::Ok();
+}
+
+Status P2PCommunicator::Execute(const Op& op) {
+  if (options_.check_sequence && world_ > 1) ZINF_RETURN_IF_ERROR(CheckSequence(op));
+  const size_t w = size_t(world_), r = size_t(rank_);
+  std::vector<Region> regions(w);
+  switch (op.kind) {
+    case OpKind::kAllGather: {
+      const size_t esz = DTypeBytes(op.send_type);
+      auto* out = static_cast<uint8_t*>(op.recv);
+      uint8_t* own = out + r * op.count * esz;
+      if (op.count > 0 && own != op.send) std::memmove(own, op.send, op.count * esz);
+      for (size_t p = 0; p < w; ++p) regions[p] = {p * op.count, op.count};
+      return GatherRegions(op.kind, out, op.send_type, regions);
+    }
+    case OpKind::kReduceScatter: {
+      for (size_t p = 0; p < w; ++p) regions[p] = {p * op.count, op.count};
+      return ReduceRegions(op.kind, static_cast<const uint8_t*>(op.send), op.send_type, regions,
+                           static_cast<uint8_t*>(op.recv), op.recv_type);
+    }
+    case OpKind::kAllReduce: {
+      const size_t per = (op.count + w - 1) / w;
+      for (size_t p = 0; p < w; ++p) {
+        const size_t off = std::min(p * per, op.count);
+        regions[p] = {off, std::min(per, op.count - off)};
+      }
+      auto* out = static_cast<uint8_t*>(op.recv);
+      ZINF_RETURN_IF_ERROR(ReduceRegions(op.kind, static_cast<const uint8_t*>(op.send),
+                                         op.send_type, regions,
+                                         out + regions[r].offset * DTypeBytes(op.recv_type),
+                                         op.recv_type));
+      return GatherRegions(op.kind, out, op.recv_type, regions);
+    }
+    case OpKind::kBroadcast: {
+      std::vector<SendOp> sends;
+      std::vector<RecvOp> recvs;
+      if (op.count == 0 || world_ == 1) return Status::Ok();
+      if (rank_ == op.root) {
+        for (int p = 0; p < world_; ++p)
+          if (p != rank_) sends.push_back({p, op.send, op.count});
+      } else {
+        recvs.push_back({op.root, op.recv, op.count});
+      }
+      return Exchange(&op.kind, sends, recvs);
+    }
+    case OpKind::kBarrier: {
+      if (world_ == 1) return Status::Ok();
+      const uint8_t token = 1;
+      std::vector<uint8_t> in(w);
+      std::vector<SendOp> sends;
+      std::vector<RecvOp> recvs;
+      for (int p = 0; p < world_; ++p) {
+        if (p == rank_) continue;
+        sends.push_back({p, &token, 1});
+        recvs.push_back({p, &in[size_t(p)], 1});
+      }
+      return Exchange(&op.kind, sends, recvs);
+    }
+  }
+  return Internal("unknown collective");
+}
+
+Status P2PCommunicator::ReduceRegions(OpKind kind, const uint8_t* send, DType send_type,
+                                      std::span<const Region> regions, uint8_t* out,
+                                      DType recv_type) {
+  const size_t w = size_t(world_), r = size_t(rank_);
+  const size_t in_b = DTypeBytes(send_type), out_b = DTypeBytes(recv_type);
+  size_t longest = 0;
+  for (const Region& g : regions) longest = std::max(longest, g.length);
+  if (longest == 0) return Status::Ok();
+  const size_t piece = std::max<size_t>(1, options_.piece_bytes / in_b);
+  const size_t mine_len = regions[r].length;
+  if (staging_.size() < w * std::min(piece, longest) * in_b)
+    staging_.resize(w * std::min(piece, longest) * in_b);
+  const size_t stride = std::min(piece, longest) * in_b;  // one rank's piece in staging
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (size_t at = 0; at < longest; at += piece) {
+    sends.clear();
+    recvs.clear();
+    for (size_t p = 0; p < w; ++p) {
+      if (p == r) continue;
+      const Region& g = regions[p];
+      if (at < g.length) {
+        const size_t n = std::min(piece, g.length - at);
+        sends.push_back({int(p), send + (g.offset + at) * in_b, n * in_b});
+      }
+      if (at < mine_len) {
+        const size_t n = std::min(piece, mine_len - at);
+        recvs.push_back({int(p), staging_.data() + p * stride, n * in_b});
+      }
+    }
+    if (at < mine_len) {
+      // Own piece staged too: `out` may alias it (in place), and the sum reads it at rank r.
+      const size_t n = std::min(piece, mine_len - at);
+      std::memcpy(staging_.data() + r * stride, send + (regions[r].offset + at) * in_b, n * in_b);
+    }
+    ZINF_RETURN_IF_ERROR(Exchange(&kind, sends, recvs));
+    if (at < mine_len) {
+      const size_t n = std::min(piece, mine_len - at);
+      for (size_t p = 0; p < w; ++p)
+        Accumulate(send_type, staging_.data() + p * stride, recv_type, out + at * out_b, n,
+                   p == 0);
+    }
+  }
+  return Status::Ok();
+}
+
+Status P2PCommunicator::GatherRegions(OpKind kind, uint8_t* buf, DType type,
+                                      std::span<const Region> regions) {
+  const size_t w = size_t(world_), r = size_t(rank_), b = DTypeBytes(type);
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (size_t p = 0; p < w; ++p) {
+    if (p == r) continue;
+    if (regions[r].length > 0)
+      sends.push_back({int(p), buf + regions[r].offset * b, regions[r].length * b});
+    if (regions[p].length > 0)
+      recvs.push_back({int(p), buf + regions[p].offset * b, regions[p].length * b});
+  }
+  if (sends.empty() && recvs.empty()) return Status::Ok();
+  return Exchange(&kind, sends, recvs);
+}
+
+}  // namespace zinf::comm

@@ -1,0 +1,22 @@
+// src/comm/reduce.h — the element arithmetic of the rank-ordered reductions.
+//
+// Contract: ReducePair(send, recv) says whether a reduction from send_type into recv_type is
+// supported (communicator.h lists the pairs). Accumulate adds n widened values of `src` into
+// `dst` (dst = 0 + src when first, else dst = dst + src), element by element in the destination
+// type: the same bits whatever the caller's chunking. Widening bf16 and fp16 to fp32 is exact.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstddef>
+
+#include "src/comm/communicator.h"
+
+namespace zinf::comm {
+
+bool ReducePair(DType send, DType recv);
+void Accumulate(DType src_type, const void* src, DType dst_type, void* dst, size_t n, bool first);
+// fp16 bits to fp32, exactly (subnormals, infinities and NaNs included).
+float HalfToFloat(uint16_t h);
+
+}  // namespace zinf::comm

@@ -1,0 +1,49 @@
+// src/comm/world.h — which rank this process is, and joining the other ranks.
+//
+// Contract.
+// - ReadWorldEnv reads torchrun's contract: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+//   MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500); plus ZINF_RUN_ID (a job's
+//   name in the store, so a stale store of another job is never joined) and ZINF_STORE_DIR (a
+//   directory for Gloo's file store instead of the TCP store: one node, shared filesystem). With
+//   neither RANK nor WORLD_SIZE set the process is a world of one. A value that is not a number,
+//   a rank outside the world, one of RANK/WORLD_SIZE without the other: InvalidArgument naming
+//   the variable and its value.
+// - Connect joins the world: a world of one needs no peer (a local communicator); otherwise
+//   Gloo over TCP. Rank 0 serves the rendezvous store on MASTER_ADDR:MASTER_PORT (tcp_store.h);
+//   every rank claims its rank there (a rank claimed twice is refused), checks WORLD_SIZE against
+//   rank 0's (a mismatch names both), and Gloo's full mesh of pairs is connected through it. Each
+//   step is bounded by CommOptions::timeout. The TCP address the pairs listen on is
+//   ZINF_SOCKET_HOST when set, 127.0.0.1 when MASTER_ADDR is a loopback address, else this
+//   host's name.
+//
+// Thread-safety: call from one thread; the communicator is thread-safe as communicator.h says.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "src/comm/communicator.h"
+
+namespace zinf::comm {
+
+struct WorldEnv {
+  int rank = 0, world = 1;
+  int local_rank = 0, local_world = 1;
+  std::string master_addr = "127.0.0.1";
+  uint16_t master_port = 29500;
+  std::string run_id;     // ZINF_RUN_ID, may be empty
+  std::string store_dir;  // ZINF_STORE_DIR: Gloo's file store instead of the TCP store
+  std::string socket_host;  // ZINF_SOCKET_HOST
+  // "rank 1 of 2 (local 1 of 2), store 127.0.0.1:29500"
+  std::string Describe() const;
+};
+
+using GetEnvFn = std::function<const char*(const char*)>;
+Result<WorldEnv> ReadWorldEnv(const GetEnvFn& getenv_fn);
+Result<WorldEnv> ReadWorldEnv();  // from the process's environment
+
+Result<std::unique_ptr<Communicator>> Connect(const WorldEnv& env, const CommOptions& options);
+
+}  // namespace zinf::comm

@@ -1,0 +1,169 @@
+// The collectives over Gloo's TCP pairs on loopback (ranks as threads of this process, each with
+// its own Gloo context, joined through the TCP store or the file store), the rendezvous's
+// refusals, and Gloo's own collectives (bench-comm's baseline).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <unistd.h>
+
+#include "src/comm/gloo_transport.h"
+#include "src/comm/p2p_communicator.h"
+#include "src/comm/tcp_store.h"
+#include "tests/comm/comm_test_util.h"
+
+namespace zinf::comm {
+namespace {
+
+using testing::OnThreads;
+using std::chrono::milliseconds;
+
+uint16_t FreePort() {
+  auto s = TcpStoreServer::Start("127.0.0.1", 0);
+  return s.ok() ? (*s)->port() : 0;
+}
+
+WorldEnv Env(int rank, int world, uint16_t port) {
+  WorldEnv e;
+  e.rank = e.local_rank = rank;
+  e.world = e.local_world = world;
+  e.master_port = port;
+  e.run_id = "test";
+  return e;
+}
+
+CommOptions Quick() {
+  CommOptions o;
+  o.timeout = milliseconds(20000);
+  o.piece_bytes = 1000;
+  return o;
+}
+
+class GlooWorldTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooWorldTest, CollectivesMatchTheLocalTransportBitForBit) {
+  const int w = GetParam();
+  const uint16_t port = FreePort();
+  const size_t count = 3001;  // per rank, odd
+  std::vector<std::vector<float>> in(static_cast<size_t>(w)), rs(static_cast<size_t>(w)), ar(static_cast<size_t>(w)), ag(static_cast<size_t>(w));
+  for (int r = 0; r < w; ++r) {
+    in[size_t(r)].resize(count * static_cast<size_t>(w));
+    for (size_t i = 0; i < in[size_t(r)].size(); ++i)
+      in[size_t(r)][i] = std::ldexp(float(i % 97) - 48.5f, int((i + size_t(r)) % 17) - 8);
+    rs[size_t(r)].resize(count);
+    ar[size_t(r)].resize(count * static_cast<size_t>(w));
+    ag[size_t(r)].resize(count * static_cast<size_t>(w) * static_cast<size_t>(w));
+  }
+  std::vector<CommStats> stats(static_cast<size_t>(w));
+  OnThreads(w, [&](int r) {
+    auto c = Connect(Env(r, w, port), Quick());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto& comm = **c;
+    EXPECT_NE(comm.Describe().find("gloo tcp 127.0.0.1"), std::string::npos);
+    ASSERT_TRUE(comm.ReduceScatter(in[size_t(r)].data(), DType::kF32, rs[size_t(r)].data(),
+                                   DType::kF32, count).Wait().ok());
+    ASSERT_TRUE(comm.AllReduce(in[size_t(r)].data(), DType::kF32, ar[size_t(r)].data(),
+                               DType::kF32, count * static_cast<size_t>(w)).Wait().ok());
+    ASSERT_TRUE(comm.AllGather(in[size_t(r)].data(), ag[size_t(r)].data(), count * static_cast<size_t>(w),
+                               DType::kF32).Wait().ok());
+    ASSERT_TRUE(comm.Barrier().Wait().ok());
+    stats[size_t(r)] = comm.stats();
+  });
+  for (int r = 0; r < w; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      float s = 0;
+      for (int p = 0; p < w; ++p) s = s + in[size_t(p)][size_t(r) * count + i];
+      ASSERT_EQ(std::memcmp(&rs[size_t(r)][i], &s, 4), 0);
+    }
+    for (size_t i = 0; i < count * static_cast<size_t>(w); ++i) {
+      float s = 0;
+      for (int p = 0; p < w; ++p) s = s + in[size_t(p)][i];
+      ASSERT_EQ(std::memcmp(&ar[size_t(r)][i], &s, 4), 0);
+    }
+    EXPECT_EQ(ag[size_t(r)], ag[0]);
+    EXPECT_EQ(stats[size_t(r)].bytes_sent[size_t(OpKind::kReduceScatter)],
+              uint64_t(w - 1) * count * 4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorldTest, ::testing::Values(2, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+TEST(GlooTransportTest, FileStoreRendezvous) {
+  char tmpl[] = "/tmp/zinf_gloo_fsXXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  OnThreads(2, [&](int r) {
+    WorldEnv e = Env(r, 2, 1);
+    e.store_dir = tmpl;
+    auto c = Connect(e, Quick());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    float x = float(r + 1), y = 0;
+    ASSERT_TRUE((*c)->AllReduce(&x, DType::kF32, &y, DType::kF32, 1).Wait().ok());
+    EXPECT_EQ(y, 3.0f);
+  });
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST(GlooTransportTest, WrongWorldSizeIsNamed) {
+  const uint16_t port = FreePort();
+  std::vector<Status> got(2);
+  CommOptions o = Quick();
+  o.timeout = milliseconds(3000);
+  OnThreads(2, [&](int r) {
+    auto c = Connect(Env(r, r == 0 ? 2 : 3, port), o);
+    got[size_t(r)] = c.status();
+  });
+  EXPECT_EQ(got[1].code(), StatusCode::kFailedPrecondition) << got[1].ToString();
+  EXPECT_NE(got[1].message().find("rank 0 runs WORLD_SIZE=2, rank 1 was given WORLD_SIZE=3"),
+            std::string::npos) << got[1].message();
+  // Rank 0 waits for a peer that never joins, and says so within its timeout.
+  EXPECT_FALSE(got[0].ok());
+}
+
+TEST(GlooTransportTest, ARankGivenTwiceIsRefused) {
+  const uint16_t port = FreePort();
+  std::vector<Status> got(3);
+  CommOptions o = Quick();
+  o.timeout = milliseconds(3000);
+  OnThreads(3, [&](int i) {
+    // Ranks 0, 1, 1 in a world of 3.
+    auto c = Connect(Env(i == 0 ? 0 : 1, 3, port), o);
+    got[size_t(i)] = c.status();
+  });
+  int twice = 0;
+  for (const Status& s : got)
+    if (s.message().find("RANK=1 joined twice") != std::string::npos) ++twice;
+  EXPECT_EQ(twice, 1) << got[0].ToString() << " | " << got[1].ToString() << " | "
+                      << got[2].ToString();
+}
+
+TEST(GlooTransportTest, APortInUseIsNamed) {
+  auto holder = TcpStoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(holder.ok());
+  auto c = Connect(Env(0, 2, (*holder)->port()), Quick());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("is in use"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("rank 0: joining the world"), std::string::npos);
+}
+
+TEST(GlooTransportTest, GlooOwnCollectivesAgree) {
+  const int w = 2;
+  const uint16_t port = FreePort();
+  const size_t count = 1024;
+  OnThreads(w, [&](int r) {
+    auto t = ConnectGloo(Env(r, w, port), milliseconds(20000));
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<float> buf(count * w, float(r + 1)), out(count * w * w);
+    ASSERT_TRUE(GlooRaw::AllReduce(**t, buf.data(), buf.size()).ok());
+    EXPECT_EQ(buf[5], 3.0f);
+    ASSERT_TRUE(GlooRaw::AllGather(**t, buf.data(), out.data(), buf.size()).ok());
+    EXPECT_EQ(out.back(), 3.0f);
+    std::vector<float> rs(count * w, float(r + 1));
+    ASSERT_TRUE(GlooRaw::ReduceScatter(**t, rs.data(), count).ok());
+    EXPECT_EQ(rs[size_t(r) * count], 3.0f);
+  });
+}
+
+}  // namespace
+}  // namespace zinf::comm
