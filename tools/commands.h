@@ -19,5 +19,7 @@ void RegisterBenchAdam(CLI::App& app, int& exit_code);
 void RegisterBenchSwap(CLI::App& app, int& exit_code);
 void RegisterTrain(CLI::App& app, int& exit_code);
 void RegisterCkpt(CLI::App& app, int& exit_code);
+void RegisterLaunch(CLI::App& app, int& exit_code);
+void RegisterBenchComm(CLI::App& app, int& exit_code);
 
 }  // namespace zinf::tools

@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   zinf::tools::RegisterBenchSwap(app, exit_code);
   zinf::tools::RegisterTrain(app, exit_code);
   zinf::tools::RegisterCkpt(app, exit_code);
+  zinf::tools::RegisterLaunch(app, exit_code);
+  zinf::tools::RegisterBenchComm(app, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -82,8 +82,10 @@ struct CommOptions {
   // descriptions (the usual cause of hangs and silently wrong sums). Costs one small exchange an
   // operation.
   bool check_sequence = false;
-  // Reductions stage world pieces of at most this many input bytes at a time.
+  // Reductions move pieces of at most this many input bytes per peer, `pipeline_depth` pieces
+  // in flight (staging of depth * world * piece_bytes; at least 2).
   size_t piece_bytes = size_t{4} << 20;
+  unsigned pipeline_depth = 4;
 };
 
 class Communicator {

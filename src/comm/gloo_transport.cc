@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <vector>
 
@@ -61,63 +62,86 @@ class GlooTransport final : public Transport {
   int world() const override { return world_; }
   std::string Describe() const override { return describe_; }
 
-  Status Exchange(uint64_t tag, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
-                  Ms timeout) override {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+  Status Post(uint64_t tag, std::span<const SendOp> sends,
+              std::span<const RecvOp> recvs) override {
+    Pending& p = pending_[tag];
     int peer = -1;
     const char* what = "";
     try {
-      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> rb, sb;
-      rb.reserve(recvs.size());
-      sb.reserve(sends.size());
       for (const RecvOp& r : recvs) {
         if (r.bytes == 0) continue;
         peer = r.peer;
         what = "posting a receive from";
-        rb.push_back(context_->createUnboundBuffer(r.data, r.bytes));
-        rb.back()->recv(r.peer, tag, 0, r.bytes);
+        p.recvs.push_back({r.peer, context_->createUnboundBuffer(r.data, r.bytes)});
+        p.recvs.back().second->recv(r.peer, tag, 0, r.bytes);
       }
       for (const SendOp& s : sends) {
         if (s.bytes == 0) continue;
         peer = s.peer;
         what = "sending to";
-        sb.push_back(context_->createUnboundBuffer(const_cast<void*>(s.data), s.bytes));
-        sb.back()->send(s.peer, tag, 0, s.bytes);
-      }
-      size_t i = 0;
-      for (const RecvOp& r : recvs) {
-        if (r.bytes == 0) continue;
-        peer = r.peer;
-        what = "receiving from";
-        const auto left = std::chrono::duration_cast<Ms>(deadline -
-                                                         std::chrono::steady_clock::now());
-        if (!rb[i++]->waitRecv(nullptr, std::max(left, Ms(1))))
-          return Aborted(fmt::format("rank {}: the receive from rank {} was aborted", rank_,
-                                     r.peer));
-      }
-      i = 0;
-      for (const SendOp& s : sends) {
-        if (s.bytes == 0) continue;
-        peer = s.peer;
-        what = "sending to";
-        const auto left = std::chrono::duration_cast<Ms>(deadline -
-                                                         std::chrono::steady_clock::now());
-        if (!sb[i++]->waitSend(nullptr, std::max(left, Ms(1))))
-          return Aborted(fmt::format("rank {}: the send to rank {} was aborted", rank_, s.peer));
+        p.sends.push_back(
+            {s.peer, context_->createUnboundBuffer(const_cast<void*>(s.data), s.bytes)});
+        p.sends.back().second->send(s.peer, tag, 0, s.bytes);
       }
     } catch (const std::exception& e) {
-      const std::string msg = e.what();
-      if (msg.find("Timed out") != std::string::npos || msg.find("imed out") != std::string::npos)
-        return Aborted(fmt::format("rank {}: no answer from rank {} within {} s while {} it "
-                                   "(stuck, or issuing other collectives?): {}",
-                                   rank_, peer, double(timeout.count()) / 1000.0, what, msg));
-      return Status(StatusCode::kUnavailable,
-                    fmt::format("rank {}: the connection with rank {} failed while {} it (rank "
-                                "{} dead?): {}",
-                                rank_, peer, what, peer, msg));
+      return Failed(peer, what, e, Ms(0));
     }
     return Status::Ok();
   }
+
+  // Waits in slices of a second: Gloo's TCP pairs do not fail a pending receive when the peer
+  // dies, so between slices the store is asked whether the peer's connection to it closed.
+  Status Wait(uint64_t tag, Ms timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto node = pending_.extract(tag);
+    if (node.empty()) return Status::Ok();
+    Pending& p = node.mapped();
+    int peer = -1;
+    const char* what = "";
+    auto wait_one = [&](int who, gloo::transport::UnboundBuffer& b, bool recv) -> Status {
+      peer = who;
+      what = recv ? "receiving from" : "sending to";
+      for (;;) {
+        const Ms left = Left(deadline);
+        const Ms slice = std::min(left, Ms(1000));
+        try {
+          const bool done = recv ? b.waitRecv(nullptr, slice) : b.waitSend(nullptr, slice);
+          if (!done)
+            return Aborted(fmt::format("rank {}: the transfer with rank {} was aborted", rank_,
+                                       who));
+          return Status::Ok();
+        } catch (const std::exception& e) {
+          const bool timed_out = std::string(e.what()).find("imed out") != std::string::npos;
+          if (!timed_out || slice >= left) return Failed(who, what, e, timeout);
+        }
+        ZINF_RETURN_IF_ERROR(CheckAlive(who));
+      }
+    };
+    for (auto& [from, buf] : p.recvs) ZINF_RETURN_IF_ERROR(wait_one(from, *buf, true));
+    for (auto& [to, buf] : p.sends) ZINF_RETURN_IF_ERROR(wait_one(to, *buf, false));
+    return Status::Ok();
+  }
+
+  // Unavailable when the store says `who`'s process closed its connection (or the store, on
+  // rank 0, is gone itself).
+  Status CheckAlive(int who) {
+    if (client_ == nullptr) return Status::Ok();  // the file store cannot tell
+    auto gone = client_->Has(fmt::format("{}/rank/{}/closed", prefix_, who));
+    if (!gone.ok())
+      return Status(StatusCode::kUnavailable,
+                    fmt::format("rank {}: waiting for rank {}, and the rendezvous store on rank 0 "
+                                "is gone too (rank 0 dead?): {}",
+                                rank_, who, gone.status().message()));
+    if (*gone)
+      return Status(StatusCode::kUnavailable,
+                    fmt::format("rank {}: the connection with rank {} failed while waiting for "
+                                "it: rank {} exited or died (its store connection closed)",
+                                rank_, who, who));
+    return Status::Ok();
+  }
+
+  // Gloo's pairs forget an unbound buffer when it is destroyed: nothing lands after this.
+  void Cancel() override { pending_.clear(); }
 
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<TcpStoreClient> client_;
@@ -126,6 +150,30 @@ class GlooTransport final : public Transport {
   std::shared_ptr<gloo::rendezvous::Context> context_;
   int rank_ = 0, world_ = 1;
   std::string describe_;
+  std::string prefix_;  // the job's keys in the store
+
+ private:
+  using Buf = std::unique_ptr<gloo::transport::UnboundBuffer>;
+  struct Pending {
+    std::vector<std::pair<int, Buf>> recvs, sends;  // (peer, buffer)
+  };
+  std::map<uint64_t, Pending> pending_;  // posted steps by tag
+
+  static Ms Left(std::chrono::steady_clock::time_point deadline) {
+    return std::max(Ms(1), std::chrono::duration_cast<Ms>(deadline -
+                                                          std::chrono::steady_clock::now()));
+  }
+  Status Failed(int peer, const char* what, const std::exception& e, Ms timeout) const {
+    const std::string msg = e.what();
+    if (msg.find("imed out") != std::string::npos)
+      return Aborted(fmt::format("rank {}: no answer from rank {} within {} s while {} it "
+                                 "(stuck, or issuing other collectives?): {}",
+                                 rank_, peer, double(timeout.count()) / 1000.0, what, msg));
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("rank {}: the connection with rank {} failed while {} it (rank {} "
+                              "dead?): {}",
+                              rank_, peer, what, peer, msg));
+  }
 };
 
 Status Rendezvous(const WorldEnv& env, Ms timeout, GlooTransport& t) {
@@ -179,6 +227,7 @@ Status Rendezvous(const WorldEnv& env, Ms timeout, GlooTransport& t) {
   t.context_->connectFullMesh(*t.store_, dev);
   t.rank_ = env.rank;
   t.world_ = env.world;
+  t.prefix_ = prefix;
   t.describe_ = fmt::format("gloo tcp {} ({} ranks)", attr.hostname, env.world);
   return Status::Ok();
 }
@@ -234,18 +283,25 @@ Status GlooRaw::AllGather(Transport& t, const float* send, float* recv, size_t c
   return Status::Ok();
 }
 
-Status GlooRaw::ReduceScatter(Transport& t, float* buf, size_t count_per_rank) {
+Result<std::function<Status()>> GlooRaw::PrepareReduceScatter(Transport& t, float* buf,
+                                                              size_t count_per_rank) {
   try {
     const int w = Ctx(t).size;
     const std::vector<int> recv(static_cast<size_t>(w), static_cast<int>(count_per_rank));
     const std::vector<float*> ptrs{buf};
-    gloo::ReduceScatterHalvingDoubling<float> rs(Shared(t), ptrs, int(count_per_rank) * w,
-                                                 recv);
-    rs.run();
+    auto rs = std::make_shared<gloo::ReduceScatterHalvingDoubling<float>>(
+        Shared(t), ptrs, int(count_per_rank) * w, recv);
+    return std::function<Status()>([rs]() -> Status {
+      try {
+        rs->run();
+      } catch (const std::exception& e) {
+        return Caught("reduce-scatter", e);
+      }
+      return Status::Ok();
+    });
   } catch (const std::exception& e) {
-    return Caught("reduce-scatter", e);
+    return Caught("reduce-scatter set-up", e);
   }
-  return Status::Ok();
 }
 
 }  // namespace zinf::comm

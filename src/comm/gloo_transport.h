@@ -2,18 +2,19 @@
 // uses on CPUs), and the raw Gloo collectives bench-comm compares zinf's against.
 //
 // Contract: ConnectGloo does the rendezvous world.h describes and returns a transport whose
-// Exchange posts Gloo unbound-buffer sends and receives (slot = tag) and waits for each with the
-// time left; Gloo's exceptions become Status (a timeout: Aborted naming the peer; a closed or
+// Post starts Gloo unbound-buffer sends and receives (slot = tag) and whose Wait waits for each
+// with the time left; Gloo's exceptions become Status (a timeout: Aborted naming the peer; a closed or
 // broken connection: Unavailable naming the peer and Gloo's message). The transport keeps rank
 // 0's store server alive for its lifetime.
 // GlooRaw runs Gloo's own allreduce (ring), allgather and, for the reduce-scatter,
 // ReduceScatterHalvingDoubling, on the same context: the transport's baseline.
 //
-// Thread-safety: one Exchange at a time (the communicator's thread); GlooRaw only while no
+// Thread-safety: one thread uses the transport (the communicator's); GlooRaw only while no
 // communicator operation runs on the same transport.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "src/comm/transport.h"
@@ -29,7 +30,11 @@ Result<std::unique_ptr<Transport>> ConnectGloo(const WorldEnv& env,
 struct GlooRaw {
   static Status AllReduce(Transport& transport, float* buf, size_t count);
   static Status AllGather(Transport& transport, const float* send, float* recv, size_t count);
-  static Status ReduceScatter(Transport& transport, float* buf, size_t count_per_rank);
+  // Halving-doubling reduce-scatter in place over buf (world*count_per_rank values); Gloo's
+  // algorithm object (its buffers registered with every pair) is built once here, and each call
+  // of the returned function runs it once.
+  static Result<std::function<Status()>> PrepareReduceScatter(Transport& transport, float* buf,
+                                                              size_t count_per_rank);
 };
 
 }  // namespace zinf::comm

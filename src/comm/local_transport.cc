@@ -16,21 +16,33 @@ class LocalTransport final : public Transport {
     return group_.world_ == 1 ? "single rank" : fmt::format("local threads ({})", group_.world_);
   }
 
-  Status Exchange(uint64_t tag, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
-                  std::chrono::milliseconds timeout) override {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::unique_lock<std::mutex> lock(group_.mu_);
-    if (group_.dead_[size_t(rank_)])
-      return Status(StatusCode::kUnavailable, fmt::format("rank {} was killed", rank_));
-    for (const SendOp& s : sends) {
-      if (group_.dead_[size_t(s.peer)])
-        return Status(StatusCode::kUnavailable,
-                      fmt::format("rank {}: rank {} closed its connection (dead?)", rank_, s.peer));
-      const auto* b = static_cast<const uint8_t*>(s.data);
-      group_.mail_[{s.peer, rank_, tag}] = std::vector<uint8_t>(b, b + s.bytes);
+  Status Post(uint64_t tag, std::span<const SendOp> sends,
+              std::span<const RecvOp> recvs) override {
+    {
+      std::lock_guard<std::mutex> lock(group_.mu_);
+      if (group_.dead_[size_t(rank_)])
+        return Status(StatusCode::kUnavailable, fmt::format("rank {} was killed", rank_));
+      for (const SendOp& s : sends) {
+        if (group_.dead_[size_t(s.peer)])
+          return Status(StatusCode::kUnavailable,
+                        fmt::format("rank {}: rank {} closed its connection (dead?)", rank_,
+                                    s.peer));
+        const auto* b = static_cast<const uint8_t*>(s.data);
+        group_.mail_[{s.peer, rank_, tag}] = std::vector<uint8_t>(b, b + s.bytes);
+      }
     }
     group_.cv_.notify_all();
-    for (const RecvOp& r : recvs) {
+    auto& pending = pending_[tag];
+    pending.insert(pending.end(), recvs.begin(), recvs.end());
+    return Status::Ok();
+  }
+
+  Status Wait(uint64_t tag, std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto node = pending_.extract(tag);
+    if (node.empty()) return Status::Ok();
+    std::unique_lock<std::mutex> lock(group_.mu_);
+    for (const RecvOp& r : node.mapped()) {
       const LocalGroup::Key key{rank_, r.peer, tag};
       for (;;) {
         auto it = group_.mail_.find(key);
@@ -57,9 +69,12 @@ class LocalTransport final : public Transport {
     return Status::Ok();
   }
 
+  void Cancel() override { pending_.clear(); }
+
  private:
   LocalGroup& group_;
   int rank_;
+  std::map<uint64_t, std::vector<RecvOp>> pending_;  // posted receives by tag
 };
 
 LocalGroup::LocalGroup(int world) : world_(world < 1 ? 1 : world), dead_(size_t(world_), 0) {}

@@ -143,6 +143,7 @@ void P2PCommunicator::Run() {
     }
     const auto t0 = std::chrono::steady_clock::now();
     Status s = Execute(op);
+    if (!s.ok()) transport_->Cancel();  // nothing lands in the caller's buffers after this
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     {
@@ -156,9 +157,8 @@ void P2PCommunicator::Run() {
   }
 }
 
-Status P2PCommunicator::Exchange(const OpKind* kind, std::span<const SendOp> sends,
-                                 std::span<const RecvOp> recvs) {
-  Status s = transport_->Exchange(tag_++, sends, recvs, options_.timeout);
+Status P2PCommunicator::Post(const OpKind* kind, uint64_t tag, std::span<const SendOp> sends,
+                             std::span<const RecvOp> recvs) {
   if (kind != nullptr) {
     uint64_t out = 0, in = 0;
     for (const SendOp& o : sends) out += o.bytes;
@@ -167,7 +167,14 @@ Status P2PCommunicator::Exchange(const OpKind* kind, std::span<const SendOp> sen
     stats_.bytes_sent[size_t(*kind)] += out;
     stats_.bytes_received[size_t(*kind)] += in;
   }
-  return s;
+  return transport_->Post(tag, sends, recvs);
+}
+
+Status P2PCommunicator::Exchange(const OpKind* kind, std::span<const SendOp> sends,
+                                 std::span<const RecvOp> recvs) {
+  const uint64_t tag = tag_++;
+  ZINF_RETURN_IF_ERROR(Post(kind, tag, sends, recvs));
+  return transport_->Wait(tag, options_.timeout);
 }
 
 Status P2PCommunicator::CheckSequence(const Op& op) {
@@ -209,7 +216,7 @@ Status P2PCommunicator::Execute(const Op& op) {
     case OpKind::kReduceScatter: {
       for (size_t p = 0; p < w; ++p) regions[p] = {p * op.count, op.count};
       return ReduceRegions(op.kind, static_cast<const uint8_t*>(op.send), op.send_type, regions,
-                           static_cast<uint8_t*>(op.recv), op.recv_type);
+                           static_cast<uint8_t*>(op.recv), op.recv_type, nullptr);
     }
     case OpKind::kAllReduce: {
       const size_t per = (op.count + w - 1) / w;
@@ -218,11 +225,9 @@ Status P2PCommunicator::Execute(const Op& op) {
         regions[p] = {off, std::min(per, op.count - off)};
       }
       auto* out = static_cast<uint8_t*>(op.recv);
-      ZINF_RETURN_IF_ERROR(ReduceRegions(op.kind, static_cast<const uint8_t*>(op.send),
-                                         op.send_type, regions,
-                                         out + regions[r].offset * DTypeBytes(op.recv_type),
-                                         op.recv_type));
-      return GatherRegions(op.kind, out, op.recv_type, regions);
+      return ReduceRegions(op.kind, static_cast<const uint8_t*>(op.send), op.send_type, regions,
+                           out + regions[r].offset * DTypeBytes(op.recv_type), op.recv_type,
+                           out);
     }
     case OpKind::kBroadcast: {
       std::vector<SendOp> sends;
@@ -255,47 +260,76 @@ Status P2PCommunicator::Execute(const Op& op) {
 
 Status P2PCommunicator::ReduceRegions(OpKind kind, const uint8_t* send, DType send_type,
                                       std::span<const Region> regions, uint8_t* out,
-                                      DType recv_type) {
+                                      DType recv_type, uint8_t* gather) {
   const size_t w = size_t(world_), r = size_t(rank_);
   const size_t in_b = DTypeBytes(send_type), out_b = DTypeBytes(recv_type);
   size_t longest = 0;
   for (const Region& g : regions) longest = std::max(longest, g.length);
   if (longest == 0) return Status::Ok();
   const size_t piece = std::max<size_t>(1, options_.piece_bytes / in_b);
+  const size_t pieces = (longest + piece - 1) / piece;
   const size_t mine_len = regions[r].length;
-  if (staging_.size() < w * std::min(piece, longest) * in_b)
-    staging_.resize(w * std::min(piece, longest) * in_b);
-  const size_t stride = std::min(piece, longest) * in_b;  // one rank's piece in staging
+  const size_t stride = std::min(piece, longest) * in_b;  // one rank's piece in a slot
+  const size_t slot = w * stride;                          // one piece of every rank
+  const size_t depth = std::max<size_t>(2, options_.pipeline_depth);  // staging slots
+  if (staging_.size() < depth * slot) staging_.resize(depth * slot);
+  // Tags: piece k's reduction exchange base + 2k, its gather base + 2k + 1.
+  const uint64_t base = tag_;
+  tag_ += 2 * pieces;
+  auto len_at = [&](size_t len, size_t at) { return at < len ? std::min(piece, len - at) : 0; };
   std::vector<SendOp> sends;
   std::vector<RecvOp> recvs;
-  for (size_t at = 0; at < longest; at += piece) {
+  // Own pieces are read where they are, unless `out` overlaps the send buffer (in place): then
+  // they are staged too (the sum writes `out` before it reads every source).
+  const uint8_t* send_end = send + (regions[w - 1].offset + regions[w - 1].length) * in_b;
+  const bool stage_own = out < send_end && out + mine_len * out_b > send;
+  // Posts piece k's reduction exchange into staging slot k % depth (free: piece k - depth was
+  // summed before this is called).
+  auto post_reduce = [&](size_t k) -> Status {
+    const size_t at = k * piece;
+    uint8_t* st = staging_.data() + (k % depth) * slot;
     sends.clear();
     recvs.clear();
     for (size_t p = 0; p < w; ++p) {
       if (p == r) continue;
-      const Region& g = regions[p];
-      if (at < g.length) {
-        const size_t n = std::min(piece, g.length - at);
-        sends.push_back({int(p), send + (g.offset + at) * in_b, n * in_b});
-      }
-      if (at < mine_len) {
-        const size_t n = std::min(piece, mine_len - at);
-        recvs.push_back({int(p), staging_.data() + p * stride, n * in_b});
-      }
+      if (const size_t n = len_at(regions[p].length, at))
+        sends.push_back({int(p), send + (regions[p].offset + at) * in_b, n * in_b});
+      if (const size_t n = len_at(mine_len, at))
+        recvs.push_back({int(p), st + p * stride, n * in_b});
     }
-    if (at < mine_len) {
-      // Own piece staged too: `out` may alias it (in place), and the sum reads it at rank r.
-      const size_t n = std::min(piece, mine_len - at);
-      std::memcpy(staging_.data() + r * stride, send + (regions[r].offset + at) * in_b, n * in_b);
-    }
-    ZINF_RETURN_IF_ERROR(Exchange(&kind, sends, recvs));
-    if (at < mine_len) {
-      const size_t n = std::min(piece, mine_len - at);
+    if (const size_t n = len_at(mine_len, at); n > 0 && stage_own)
+      std::memcpy(st + r * stride, send + (regions[r].offset + at) * in_b, n * in_b);
+    return Post(&kind, base + 2 * k, sends, recvs);
+  };
+  // The next piece's transfers run while this one is summed, and (all-reduce) each summed piece
+  // is sent on at once.
+  std::vector<const void*> srcs(w);
+  for (size_t k = 0; k + 1 < depth && k < pieces; ++k) ZINF_RETURN_IF_ERROR(post_reduce(k));
+  for (size_t k = 0; k < pieces; ++k) {
+    if (k + depth - 1 < pieces) ZINF_RETURN_IF_ERROR(post_reduce(k + depth - 1));
+    ZINF_RETURN_IF_ERROR(transport_->Wait(base + 2 * k, options_.timeout));
+    const size_t at = k * piece;
+    const size_t n = len_at(mine_len, at);
+    const uint8_t* st = staging_.data() + (k % depth) * slot;
+    if (n > 0) {
       for (size_t p = 0; p < w; ++p)
-        Accumulate(send_type, staging_.data() + p * stride, recv_type, out + at * out_b, n,
-                   p == 0);
+        srcs[p] = p == r && !stage_own ? send + (regions[r].offset + at) * in_b : st + p * stride;
+      SumInOrder(send_type, srcs.data(), w, recv_type, out + at * out_b, n);
     }
+    if (gather == nullptr) continue;
+    sends.clear();
+    recvs.clear();
+    for (size_t p = 0; p < w; ++p) {
+      if (p == r) continue;
+      if (n > 0) sends.push_back({int(p), out + at * out_b, n * out_b});
+      if (const size_t m = len_at(regions[p].length, at))
+        recvs.push_back({int(p), gather + (regions[p].offset + at) * out_b, m * out_b});
+    }
+    ZINF_RETURN_IF_ERROR(Post(&kind, base + 2 * k + 1, sends, recvs));
   }
+  if (gather != nullptr)
+    for (size_t k = 0; k < pieces; ++k)
+      ZINF_RETURN_IF_ERROR(transport_->Wait(base + 2 * k + 1, options_.timeout));
   return Status::Ok();
 }
 

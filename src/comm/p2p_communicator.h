@@ -6,9 +6,11 @@
 // - all-gather: each rank sends its chunk to every other rank, one exchange;
 // - reduce-scatter: in pieces of CommOptions::piece_bytes of input per peer: each rank sends
 //   peer p the piece of p's chunk and receives every peer's piece of its own chunk, then sums the
-//   world pieces in rank order (reduce.h) — (world-1)/world of the input on the wire per rank;
-// - all-reduce: the same over `world` near-equal regions of the vector, then an all-gather of the
-//   reduced regions;
+//   world pieces in rank order (reduce.h) — (world-1)/world of the input on the wire per rank.
+//   Pipelined: the next pipeline_depth-1 pieces' transfers run while the current piece is
+//   summed (pipeline_depth staging slots);
+// - all-reduce: the same over `world` near-equal regions of the vector, each summed piece sent
+//   to every rank as soon as it is summed (the all-gather half, pipelined with the reduction);
 // - broadcast: the root sends to every rank; barrier: a one-byte message to every rank.
 // Every exchange has its own tag (a counter, equal on every rank while they agree). With
 // check_sequence, each operation is preceded by an exchange of its description.
@@ -68,13 +70,20 @@ class P2PCommunicator final : public Communicator {
   void Run();
   Status Execute(const Op& op);
   Status CheckSequence(const Op& op);
-  // One exchange, its bytes counted under `kind` (not when kind is null: the sequence check).
+  // Posts one step, its bytes counted under `kind` (not when kind is null: the sequence check).
+  Status Post(const OpKind* kind, uint64_t tag, std::span<const SendOp> sends,
+              std::span<const RecvOp> recvs);
+  // Post and wait, with the next tag.
   Status Exchange(const OpKind* kind, std::span<const SendOp> sends,
                   std::span<const RecvOp> recvs);
   // Rank-ordered sum of region r of every rank's `send` (elements of send_type, region p at
-  // regions[p].offset in send) into `out` (regions[rank].length elements of recv_type).
+  // regions[p].offset in send) into `out` (regions[rank].length elements of recv_type), in
+  // pieces, the next piece's transfers under the current one's sum. With `gather` (all-reduce:
+  // the whole receive buffer, `out` its own region) each summed piece goes to every rank and
+  // theirs land in `gather`.
   Status ReduceRegions(OpKind kind, const uint8_t* send, DType send_type,
-                       std::span<const Region> regions, uint8_t* out, DType recv_type);
+                       std::span<const Region> regions, uint8_t* out, DType recv_type,
+                       uint8_t* gather);
   // Every rank's region of `buf` (elements of `type`; own region already in place) to all.
   Status GatherRegions(OpKind kind, uint8_t* buf, DType type, std::span<const Region> regions);
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "src/comm/communicator.h"
 
@@ -16,6 +17,11 @@ namespace zinf::comm {
 
 bool ReducePair(DType send, DType recv);
 void Accumulate(DType src_type, const void* src, DType dst_type, void* dst, size_t n, bool first);
+// dst = ((0 + srcs[0]) + srcs[1]) + ... + srcs[count-1], element by element: Accumulate over
+// each source in turn, done in cache-sized blocks (one pass over dst). dst may alias a source
+// only if it is srcs[0].
+void SumInOrder(DType src_type, const void* const* srcs, size_t count, DType dst_type, void* dst,
+                size_t n);
 // fp16 bits to fp32, exactly (subnormals, infinities and NaNs included).
 float HalfToFloat(uint16_t h);
 

@@ -139,6 +139,7 @@ void TcpStoreServer::Accept() {
 }
 
 void TcpStoreServer::Serve(int fd) {
+  std::vector<std::string> claimed;  // keys this connection claimed
   for (;;) {
     uint8_t op = 0;
     uint32_t klen = 0;
@@ -157,6 +158,7 @@ void TcpStoreServer::Serve(int fd) {
           reply = kExisted;
         } else {
           data_[key] = std::move(v);
+          if (op == kClaim) claimed.push_back(key);
         }
       }
       cv_.notify_all();
@@ -183,6 +185,10 @@ void TcpStoreServer::Serve(int fd) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  // The claimant's process is gone (or closed its client): say so under "<key>/closed".
+  if (!stopping_)
+    for (const auto& k : claimed) data_[k + "/closed"] = {};
+  cv_.notify_all();
   for (auto it = clients_.begin(); it != clients_.end(); ++it) {
     if (*it == fd) {
       clients_.erase(it);
@@ -274,6 +280,14 @@ Result<bool> TcpStoreClient::Claim(const std::string& key, const std::vector<uin
     return InvalidArgument(fmt::format("store key '{}' or its value too long", key));
   uint8_t reply = 0;
   ZINF_RETURN_IF_ERROR(Request(kClaim, key, &value, 0, &reply, nullptr));
+  return reply == kOk;
+}
+
+Result<bool> TcpStoreClient::Has(const std::string& key) {
+  if (key.size() > kMaxKey) return InvalidArgument(fmt::format("store key '{}' too long", key));
+  uint8_t reply = 0;
+  std::vector<uint8_t> out;
+  ZINF_RETURN_IF_ERROR(Request(kGet, key, nullptr, 0, &reply, &out));
   return reply == kOk;
 }
 

@@ -9,7 +9,10 @@
 // - TcpStoreClient::Connect retries until `timeout` (rank 0 may start after the others) and then
 //   fails with Unavailable naming the address. Set stores a value; Get waits up to `timeout` for
 //   a key (Aborted naming the key when it never comes); Claim stores a value only if the key is
-//   absent and says whether it did (two processes claiming the same rank is caught this way).
+//   absent and says whether it did (two processes claiming the same rank is caught this way);
+//   when the claiming client's connection closes (its process ended or died) the server sets
+//   "<key>/closed", so that the others can tell a dead rank from a slow one. Has says whether a
+//   key is set, without waiting.
 // Keys and values are bytes; a value is at most 64 MiB, a key 4 KiB.
 //
 // Thread-safety: the server is internally synchronized (a thread per connection); a client is
@@ -61,6 +64,7 @@ class TcpStoreClient {
   Status Set(const std::string& key, const std::vector<uint8_t>& value);
   Result<std::vector<uint8_t>> Get(const std::string& key, std::chrono::milliseconds timeout);
   Result<bool> Claim(const std::string& key, const std::vector<uint8_t>& value);
+  Result<bool> Has(const std::string& key);
   std::string address() const;
 
  private:

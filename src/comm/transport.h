@@ -2,15 +2,17 @@
 // collectives are built on (p2p_communicator.h), so each algorithm is written once and runs the
 // same over threads (local_transport.h) and over Gloo's TCP pairs (gloo_transport.h).
 //
-// Contract: Exchange posts every send and receive of one step of a collective and returns when
-// all of them completed. `tag` is the same on every rank for the same step and unique among the
-// steps in flight; a receive from peer p matches p's send to this rank with the same tag, and its
-// byte count must equal the send's (a mismatch is an error, never a silent truncation). A peer
-// that closed its side fails the exchange with Unavailable naming the peer; one silent past
-// `timeout` fails it with Aborted ("no answer from rank p within ..."). After a failure the
-// transport may be unusable; the communicator does not use it again.
+// Contract: Post starts every send and receive of one step of a collective and returns at once;
+// Wait(tag) returns when all of that step's transfers completed (the buffers stay untouched by the
+// caller until then). Several steps may be in flight (a pipeline), each with its own tag; `tag`
+// is the same on every rank for the same step. A receive from peer p matches p's send to this rank
+// with the same tag, and its byte count must equal the send's (a mismatch is an error, never a
+// silent truncation). A peer that closed its side fails the step with Unavailable naming the
+// peer; one silent past `timeout` fails it with Aborted ("no answer from rank p within ...").
+// After a failure the caller calls Cancel (every step still posted is dropped: no transfer lands
+// in the caller's buffers after it returns) and does not use the transport again.
 //
-// Thread-safety: one Exchange at a time per transport (the communicator's thread).
+// Thread-safety: one thread uses a transport (the communicator's).
 #pragma once
 
 #include <chrono>
@@ -41,8 +43,16 @@ class Transport {
   virtual int rank() const = 0;
   virtual int world() const = 0;
   virtual std::string Describe() const = 0;
-  virtual Status Exchange(uint64_t tag, std::span<const SendOp> sends,
-                          std::span<const RecvOp> recvs, std::chrono::milliseconds timeout) = 0;
+  virtual Status Post(uint64_t tag, std::span<const SendOp> sends,
+                      std::span<const RecvOp> recvs) = 0;
+  virtual Status Wait(uint64_t tag, std::chrono::milliseconds timeout) = 0;
+  virtual void Cancel() = 0;
+  // Post and Wait.
+  Status Exchange(uint64_t tag, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                  std::chrono::milliseconds timeout) {
+    Status s = Post(tag, sends, recvs);
+    return s.ok() ? Wait(tag, timeout) : s;
+  }
 };
 
 }  // namespace zinf::comm

@@ -160,7 +160,9 @@ TEST(GlooTransportTest, GlooOwnCollectivesAgree) {
     ASSERT_TRUE(GlooRaw::AllGather(**t, buf.data(), out.data(), buf.size()).ok());
     EXPECT_EQ(out.back(), 3.0f);
     std::vector<float> rs(count * w, float(r + 1));
-    ASSERT_TRUE(GlooRaw::ReduceScatter(**t, rs.data(), count).ok());
+    auto run = GlooRaw::PrepareReduceScatter(**t, rs.data(), count);
+    ASSERT_TRUE(run.ok());
+    ASSERT_TRUE((*run)().ok());
     EXPECT_EQ(rs[size_t(r) * count], 3.0f);
   });
 }

@@ -38,6 +38,21 @@ TEST(TcpStoreTest, SetGetWaitAndClaim) {
   EXPECT_FALSE(*second);
 }
 
+// A claimant whose connection closes (its process died) is marked "<key>/closed".
+TEST(TcpStoreTest, AClosedClaimantIsMarked) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok());
+  auto watcher = TcpStoreClient::Connect("127.0.0.1", (*server)->port(), milliseconds(2000));
+  auto claimant = TcpStoreClient::Connect("127.0.0.1", (*server)->port(), milliseconds(2000));
+  ASSERT_TRUE(watcher.ok() && claimant.ok());
+  ASSERT_TRUE(*(*claimant)->Claim("rank/1", {1}));
+  EXPECT_FALSE(*(*watcher)->Has("rank/1/closed"));
+  claimant->reset();
+  auto closed = (*watcher)->Get("rank/1/closed", milliseconds(5000));
+  EXPECT_TRUE(closed.ok()) << closed.status().ToString();
+  EXPECT_TRUE(*(*watcher)->Has("rank/1/closed"));
+}
+
 TEST(TcpStoreTest, GetTimesOutNamingTheKey) {
   auto server = TcpStoreServer::Start("127.0.0.1", 0);
   ASSERT_TRUE(server.ok());

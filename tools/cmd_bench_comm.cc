@@ -1,0 +1,191 @@
+// `zinf bench-comm`: the collectives' throughput, zinf's Communicator against Gloo's own
+// algorithms on the same TCP pairs (ring all-reduce, ring all-gather, halving-doubling
+// reduce-scatter), side by side and alternating, at sizes from 1 MiB to 256 MiB of fp32.
+// Run it under `zinf launch --nproc N -- zinf bench-comm`. Each result is the median over
+// --reps of the slowest rank's time (a barrier before each timing); bus bandwidth as
+// nccl-tests computes it (all-reduce: size/time × 2(w-1)/w; the others: × (w-1)/w). Each
+// zinf result is checked against the exact sum once per size. Rank 0 prints the table (or
+// JSON); exit 1 on a failure, 2 on bad usage.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "src/base/units.h"
+#include "src/comm/gloo_transport.h"
+#include "src/comm/p2p_communicator.h"
+#include "src/comm/world.h"
+#include "tools/commands.h"
+
+namespace zinf::tools {
+namespace {
+
+using comm::DType;
+
+struct BenchCommArgs {
+  std::string sizes = "1MiB,4MiB,16MiB,64MiB,256MiB";
+  int reps = 5;
+  bool json = false;
+  bool no_gloo = false;
+  std::string piece = "4MiB";
+  unsigned depth = comm::CommOptions{}.pipeline_depth;
+};
+
+struct Timing {
+  std::vector<double> zinf, gloo;  // the slowest rank's seconds, per rep
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int Fail(const Status& s) {
+  fmt::print(stderr, "zinf bench-comm: {}\n", s.ToString());
+  return 1;
+}
+
+int Run(const BenchCommArgs& a) {
+  auto sizes = ParseBytesList(a.sizes);
+  if (!sizes.ok()) {
+    fmt::print(stderr, "zinf bench-comm: --sizes: {}\n", sizes.status().message());
+    return 2;
+  }
+  auto env = comm::ReadWorldEnv();
+  if (!env.ok()) return Fail(env.status());
+  if (env->world < 2) {
+    fmt::print(stderr, "zinf bench-comm: needs 2 ranks or more; run it as `zinf launch --nproc 2 "
+                       "-- zinf bench-comm`\n");
+    return 2;
+  }
+  auto piece = ParseBytes(a.piece);
+  if (!piece.ok() || *piece < 64) {
+    fmt::print(stderr, "zinf bench-comm: --piece-bytes '{}': expected a size of 64 bytes or "
+                       "more\n", a.piece);
+    return 2;
+  }
+  comm::CommOptions opts;
+  opts.timeout = std::chrono::seconds(120);
+  opts.piece_bytes = *piece;
+  opts.pipeline_depth = a.depth;
+  auto transport = comm::ConnectGloo(*env, opts.timeout);
+  if (!transport.ok()) return Fail(transport.status());
+  comm::Transport* raw = transport->get();
+  auto c = comm::P2PCommunicator::Create(std::move(*transport), opts);
+  const int w = c->world(), rank = c->rank();
+  const bool lead = rank == 0;
+
+  // The slowest rank's time of fn, after a barrier.
+  auto timed = [&](auto&& fn, double* secs) -> Status {
+    ZINF_RETURN_IF_ERROR(c->Barrier().Wait());
+    const auto t0 = std::chrono::steady_clock::now();
+    ZINF_RETURN_IF_ERROR(fn());
+    double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> all(static_cast<size_t>(w));
+    ZINF_RETURN_IF_ERROR(c->AllGather(&mine, all.data(), 1, DType::kF64).Wait());
+    *secs = *std::max_element(all.begin(), all.end());
+    return Status::Ok();
+  };
+
+  nlohmann::json rows = nlohmann::json::array();
+  if (lead && !a.json) {
+    fmt::print("bench-comm: {}, fp32, median of {} (the slowest rank each time)\n",
+               c->Describe(), a.reps);
+    fmt::print("{:<15}{:>10}{:>10}{:>10}{:>15}{:>15}{:>11}\n", "op", "size", "zinf ms",
+               "gloo ms", "zinf bus GB/s", "gloo bus GB/s", "zinf/gloo");
+  }
+  for (uint64_t size : *sizes) {
+    const size_t n = std::max<size_t>(size_t(w), size / 4 / size_t(w) * size_t(w));  // divisible
+    const size_t per = n / size_t(w);
+    std::vector<float> buf(n), out(n);
+    auto gloo_rs = comm::GlooRaw::PrepareReduceScatter(*raw, buf.data(), per);
+    if (!gloo_rs.ok()) return Fail(gloo_rs.status());
+    const float want = float(w) * float(w + 1) / 2;  // Σ (rank + 1)
+    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+      const std::string name = op;
+      Timing t;
+      for (int rep = 0; rep < a.reps; ++rep) {
+        double secs = 0;
+        // zinf
+        std::fill(buf.begin(), buf.end(), float(rank + 1));
+        Status s = timed([&] {
+          if (name == "all_reduce")
+            return c->AllReduce(buf.data(), DType::kF32, buf.data(), DType::kF32, n).Wait();
+          if (name == "reduce_scatter")
+            return c->ReduceScatter(buf.data(), DType::kF32, out.data(), DType::kF32, per).Wait();
+          return c->AllGather(buf.data() + size_t(rank) * per, out.data(), per, DType::kF32)
+              .Wait();
+        }, &secs);
+        if (!s.ok()) return Fail(s);
+        t.zinf.push_back(secs);
+        if (rep == 0) {
+          const float* got = name == "all_reduce" ? buf.data() : out.data();
+          const size_t m = name == "reduce_scatter" ? per : n;
+          for (size_t i = 0; i < m; ++i) {
+            const float expect =
+                name == "all_gather" ? float(i / per + 1) : want;  // rank p's chunk holds p+1
+            if (got[i] != expect)
+              return Fail(Internal(fmt::format("{} of {}: element {} is {}, expected {}", name,
+                                               FormatBytesHuman(size), i, got[i], expect)));
+          }
+        }
+        if (a.no_gloo) continue;
+        // Gloo's own
+        std::fill(buf.begin(), buf.end(), float(rank + 1));
+        s = timed([&] {
+          if (name == "all_reduce") return comm::GlooRaw::AllReduce(*raw, buf.data(), n);
+          if (name == "reduce_scatter") return (*gloo_rs)();
+          return comm::GlooRaw::AllGather(*raw, buf.data() + size_t(rank) * per, out.data(), per);
+        }, &secs);
+        if (!s.ok()) return Fail(s);
+        t.gloo.push_back(secs);
+      }
+      const double zs = Median(t.zinf), gs = a.no_gloo ? NAN : Median(t.gloo);
+      const double factor = (name == "all_reduce" ? 2.0 : 1.0) * double(w - 1) / double(w);
+      const double bytes = double(n) * 4;
+      const double zbus = bytes / zs * factor / 1e9, gbus = bytes / gs * factor / 1e9;
+      if (lead && !a.json) {
+        fmt::print("{:<15}{:>10}{:>10.2f}{:>10.2f}{:>15.2f}{:>15.2f}{:>11.3f}\n", name,
+                   FormatBytesHuman(uint64_t(bytes)), zs * 1e3, gs * 1e3, zbus, gbus, zs / gs);
+        std::fflush(stdout);
+      }
+      rows.push_back({{"op", name}, {"bytes", uint64_t(bytes)}, {"zinf_seconds", zs},
+                      {"gloo_seconds", gs}, {"zinf_bus_gbps", zbus}, {"gloo_bus_gbps", gbus},
+                      {"zinf_over_gloo", zs / gs}, {"zinf_all", t.zinf}, {"gloo_all", t.gloo}});
+    }
+  }
+  if (lead && a.json) {
+    nlohmann::json j{{"transport", c->Describe()}, {"world", w}, {"reps", a.reps},
+                     {"results", rows}};
+    fmt::print("{}\n", j.dump(2));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterBenchComm(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<BenchCommArgs>();
+  auto* cmd = app.add_subcommand(
+      "bench-comm",
+      "Collectives' throughput, zinf's against Gloo's own on the same pairs (run under `zinf "
+      "launch --nproc N`)");
+  cmd->add_option("--sizes", args->sizes, "comma-separated sizes (fp32 vector per rank)");
+  cmd->add_option("--reps", args->reps, "timed repetitions of each (median)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--piece-bytes", args->piece,
+                  "the reductions' piece per peer (CommOptions::piece_bytes)");
+  cmd->add_option("--pipeline-depth", args->depth,
+                  "the reductions' pieces in flight (CommOptions::pipeline_depth)")
+      ->check(CLI::Range(2, 64));
+  cmd->add_flag("--no-gloo", args->no_gloo, "time zinf's collectives only");
+  cmd->add_flag("--json", args->json, "print JSON instead of a table");
+  cmd->callback([args, &exit_code] { exit_code = Run(*args); });
+}
+
+}  // namespace zinf::tools
