@@ -119,6 +119,7 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
     return 1;
   }
   const train::TrainSummary& s = *r;
+  if (s.rank != 0) return 0;  // across ranks, rank 0 reports for the job
   fmt::print("done: {} steps ({} skipped), loss {:.4f} -> {:.4f}{}, {:.0f} tokens/s, median step "
              "{:.3f} s, stall {:.1f}%\n",
              s.steps, s.skipped_steps, s.first_loss, s.final_loss,
@@ -130,6 +131,13 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
              FormatBytesHuman(s.nvme_write_bytes), FormatBytesHuman(s.peak_device_bytes),
              FormatBytesHuman(s.device_budget_bytes), FormatBytesHuman(s.peak_pinned_bytes),
              FormatBytesHuman(s.pinned_budget_bytes), FormatBytesHuman(s.peak_rss_bytes));
+  if (s.world > 1) {
+    fmt::print("      {} ranks over {}: {} sent and {} received per step and rank ({} sent "
+               "for the gradients' all-reduce), {:.3f} s a step waiting for it\n",
+               s.world, s.transport, FormatBytesHuman(uint64_t(s.comm_sent_bytes_per_step)),
+               FormatBytesHuman(uint64_t(s.comm_received_bytes_per_step)),
+               FormatBytesHuman(uint64_t(s.grad_comm_sent_bytes_per_step)), s.comm_seconds);
+  }
   if (s.step_over_bound > 0) {
     fmt::print("profile: compute {:.3f} s | NVMe I/O {:.3f} s | Adam {:.3f} s (each alone) | "
                "step {:.3f} s = {:.3f} x the largest\n",
@@ -239,6 +247,10 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_flag("--overlap-adam", a->overlap_adam,
                 "zinf.overlap_adam: each unit's Adam during backward (clipping with the previous "
                 "step's coefficient)");
+  cmd->add_option("--comm-timeout", a->comm_timeout,
+                  "zinf.comm.timeout_seconds: across ranks, a rank silent this long fails the "
+                  "others, named")
+      ->check(CLI::Range(1, 86400));
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir,
                   "zinf.checkpoint.dir: write crash-consistent checkpoints under DIR (at the end, "
                   "every --checkpoint-every steps, and on SIGINT/SIGTERM)");

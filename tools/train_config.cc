@@ -60,6 +60,9 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
   }
   if (set("--clip", {"gradient_clipping"})) c.train.gradient_clipping = a.clip;
   if (set("--overlap-adam", {"zinf.overlap_adam"})) c.zinf.overlap_adam = a.overlap_adam;
+  if (set("--comm-timeout", {"zinf.comm.timeout_seconds"})) {
+    c.zinf.comm.timeout_seconds = a.comm_timeout;
+  }
   if (set("--seed", {"zinf.seed"})) c.zinf.seed = a.seed;
   if (set("--precision", {"fp16.enabled", "bf16.enabled"})) {
     c.fp16.enabled = a.precision == "fp16";

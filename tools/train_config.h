@@ -42,6 +42,7 @@ struct TrainArgs {
   uint64_t stop_after = 0;
   bool compare_checkpoint_copy = false;
   uint32_t keep_checkpoints = 1;
+  uint32_t comm_timeout = 0;
   uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;
   double lr = 0, clip = -1, h2d_gbps = 0;
   uint64_t seed = 0;

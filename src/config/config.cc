@@ -85,29 +85,29 @@ std::vector<std::string> ValidateLines(const Config& c) {
         "\"nvme\"; expected an integer >= 1 (elements)");
   }
 
-  // Batch sizes (world size 1).
+  // Batch sizes (over c.world_size ranks).
   const TrainConfig& t = c.train;
   const auto& tbs = t.train_batch_size;
   const auto& micro = t.train_micro_batch_size_per_gpu;
   const auto& gas = t.gradient_accumulation_steps;
   if (tbs && micro && gas) {
-    if (*tbs != *micro * *gas * kConfigWorldSize) {
+    if (*tbs != *micro * *gas * c.world_size) {
       out.push_back(fmt::format(
           "train_batch_size: {} does not equal train_micro_batch_size_per_gpu {} * "
           "gradient_accumulation_steps {} * world size {} = {}; expected them to agree (or "
           "leave one out)",
-          *tbs, *micro, *gas, kConfigWorldSize, *micro * *gas * kConfigWorldSize));
+          *tbs, *micro, *gas, c.world_size, *micro * *gas * c.world_size));
     }
-  } else if (tbs && micro && *tbs % (*micro * kConfigWorldSize) != 0) {
+  } else if (tbs && micro && *tbs % (*micro * c.world_size) != 0) {
     out.push_back(fmt::format(
         "train_batch_size: {} is not a multiple of train_micro_batch_size_per_gpu {} * world "
         "size {}; expected a multiple",
-        *tbs, *micro, kConfigWorldSize));
-  } else if (tbs && gas && *tbs % (*gas * kConfigWorldSize) != 0) {
+        *tbs, *micro, c.world_size));
+  } else if (tbs && gas && *tbs % (*gas * c.world_size) != 0) {
     out.push_back(fmt::format(
         "train_batch_size: {} is not a multiple of gradient_accumulation_steps {} * world "
         "size {}; expected a multiple",
-        *tbs, *gas, kConfigWorldSize));
+        *tbs, *gas, c.world_size));
   }
 
   if (c.fp16.enabled && c.bf16.enabled.value_or(false)) {
@@ -326,7 +326,7 @@ uint64_t Config::MicroBatchSize() const {
   if (t.train_micro_batch_size_per_gpu) return *t.train_micro_batch_size_per_gpu;
   if (t.train_batch_size) {
     const uint64_t gas = t.gradient_accumulation_steps.value_or(1);
-    return std::max<uint64_t>(1, *t.train_batch_size / (gas * kConfigWorldSize));
+    return std::max<uint64_t>(1, *t.train_batch_size / (gas * world_size));
   }
   return 1;
 }
@@ -336,13 +336,13 @@ uint64_t Config::GradientAccumulationSteps() const {
   if (t.gradient_accumulation_steps) return *t.gradient_accumulation_steps;
   if (t.train_batch_size && t.train_micro_batch_size_per_gpu) {
     return std::max<uint64_t>(
-        1, *t.train_batch_size / (*t.train_micro_batch_size_per_gpu * kConfigWorldSize));
+        1, *t.train_batch_size / (*t.train_micro_batch_size_per_gpu * world_size));
   }
   return 1;
 }
 
 uint64_t Config::TrainBatchSize() const {
-  return MicroBatchSize() * GradientAccumulationSteps() * kConfigWorldSize;
+  return MicroBatchSize() * GradientAccumulationSteps() * world_size;
 }
 
 Precision Config::precision() const {
@@ -455,6 +455,9 @@ nlohmann::ordered_json Config::ToJson() const {
                    {"keep", zinf.checkpoint.keep},
                    {"resume", zinf.checkpoint.resume},
                    {"verify_state_reads", zinf.checkpoint.verify_state_reads}}},
+                 {"comm",
+                  {{"timeout_seconds", zinf.comm.timeout_seconds},
+                   {"check_sequence", zinf.comm.check_sequence}}},
                  {"strict", zinf.strict}};
   return out;
 }

@@ -25,7 +25,8 @@
 //   (`aio.block_size`, `zinf.budgets.*`, `zinf.stripe_bytes`) accept an integer or a string with
 //   a binary suffix ("4G", "512M", see src/base/units.h). DeepSpeed's `buffer_size`,
 //   `max_in_cpu`, `stage3_*` sizes and `sub_group_size` count elements, not bytes, as in DeepSpeed.
-// - The world size is 1 (one process, one device): train_batch_size = micro batch × accumulation.
+// - The world size comes from the ranks' environment, not the document (Config::world_size, set
+//   before Validate): train_batch_size = micro batch × accumulation × world size.
 // - A document can be read onto a base config (ConfigParseOptions::base; `zinf train` reads its
 //   file onto the default job's config): a value the document gives replaces the base's, a key
 //   it leaves out keeps the base's value. Two groups are replaced whole when the document gives
@@ -48,8 +49,6 @@
 #include "zinf/status.h"
 
 namespace zinf {
-
-inline constexpr uint64_t kConfigWorldSize = 1;
 
 enum class OffloadDevice { kNone, kCpu, kNvme };
 std::string_view OffloadDeviceName(OffloadDevice device);  // "none", "cpu", "nvme"
@@ -207,6 +206,15 @@ struct ModelConfig {
 };
 
 // `zinf.checkpoint`: crash-consistent checkpoints (src/train/checkpoint.h).
+// `zinf.comm`: the collectives between ranks (src/comm/communicator.h).
+struct CommConfig {
+  // A rank that does not answer within this fails every collective waiting for it, naming it.
+  uint32_t timeout_seconds = 300;
+  // Before each collective the ranks compare what they issued (one small exchange each): a
+  // rank issuing something else is named instead of hanging or summing the wrong values.
+  bool check_sequence = false;
+};
+
 struct CheckpointConfig {
   std::string dir;     // root of the run's checkpoints ("step-<10 digits>" under it); "": none
   uint64_t every = 0;  // a checkpoint every N steps; 0: only at the end and on a stop request
@@ -239,6 +247,7 @@ struct ZinfConfig {
   uint64_t seed = 1337;       // weight initialisation and the synthetic corpus
   ModelConfig model;
   CheckpointConfig checkpoint;
+  CommConfig comm;
   bool strict = false;  // refuse unimplemented DeepSpeed keys instead of warning
 };
 
@@ -267,6 +276,9 @@ struct Config {
   ZinfConfig zinf;            // "zinf"
 
   std::string source = "<defaults>";       // the file path, or the source name given
+  // The ranks training together (WORLD_SIZE; 1 for one process). Not a key of the document: the
+  // launcher's environment gives it, and the batch keys are read against it.
+  uint64_t world_size = 1;
   std::vector<std::string> unimplemented;  // "path=value" of each accepted-but-ignored key
   std::vector<std::string> auto_keys;      // paths whose value was "auto"
   // The paths (as ToJson writes them, aliases under their primary names) of the values the
@@ -282,7 +294,7 @@ struct Config {
                                    const ConfigParseOptions& options = {});
 
   // Cross-field rules: nvme_path given for an "nvme" device; the batch keys agree
-  // (train_batch_size = micro × accumulation × world size 1); fp16 and bf16 not both enabled;
+  // (train_batch_size = micro × accumulation × world_size); fp16 and bf16 not both enabled;
   // zinf.overlap_adam not with fp16 dynamic loss scaling;
   // warmup_min_lr <= warmup_max_lr; model width divisible by heads; with NVMe in use the pinned
   // budget holds at least one aio block; the largest unit's 16-bit parameters fit the device

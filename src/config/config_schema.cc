@@ -244,6 +244,12 @@ void ReadModel(Reader r, ModelConfig* c) {
   r.Finish();
 }
 
+void ReadComm(Reader r, CommConfig* c) {
+  r.Uint32("timeout_seconds", &c->timeout_seconds, 1, 86400);
+  r.Bool("check_sequence", &c->check_sequence);
+  r.Finish();
+}
+
 void ReadCheckpoint(Reader r, CheckpointConfig* c) {
   r.String("dir", &c->dir, "a directory path");
   r.Uint("every", &c->every, 0, kU64Max);
@@ -273,6 +279,7 @@ void ReadZinf(Reader r, ZinfConfig* c) {
   r.Uint("seed", &c->seed, 0, kU64Max);
   ReadModel(r.Object("model"), &c->model);
   ReadCheckpoint(r.Object("checkpoint"), &c->checkpoint);
+  ReadComm(r.Object("comm"), &c->comm);
   r.Bool("strict", &c->strict);
   r.Finish();
 }

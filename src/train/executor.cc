@@ -18,7 +18,8 @@ uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t 
   auto page = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
   auto pad = [&](uint64_t b) { return page((b + align - 1) / align * align); };
   const uint64_t max_n = d.MaxUnitParams();
-  const uint64_t grad_elem = o.micro_batches == 1 ? 2 : 4;
+  const bool reduce = o.comm != nullptr && o.comm->world() > 1;
+  const uint64_t grad_elem = o.micro_batches == 1 && !reduce ? 2 : 4;
   uint64_t total = 0;
   if (o.optimizer_on_nvme) {
     total += o.pipeline_slabs * page(offload::OptimizerPipeline::SlabBytes(max_n, align));
@@ -282,7 +283,8 @@ Result<Event> LayerExecutor::ComputeDone() {
 }
 
 kernels::DType LayerExecutor::GradType() const {
-  return options_.micro_batches == 1 ? options_.param16_type : kernels::DType::kF32;
+  return options_.micro_batches == 1 && !ReducesGrads() ? options_.param16_type
+                                                         : kernels::DType::kF32;
 }
 
 uint64_t LayerExecutor::GradBytes(uint64_t n) const { return kernels::DTypeSize(GradType()) * n; }

@@ -53,6 +53,7 @@
 #include "kernels/cpu/adam.h"
 #include "offload/grad_accumulator.h"
 #include "offload/optimizer_pipeline.h"
+#include "src/comm/communicator.h"
 #include "src/runtime/offload_runtime.h"
 #include "src/train/backend.h"
 #include "src/train/gpt.h"
@@ -87,6 +88,14 @@ struct ExecutorOptions {
   // was written (zinf.verify_state_reads): a corrupt byte stops training with DataLoss. Costs
   // hashing the 12 bytes a parameter twice a step.
   bool verify_state_reads = false;
+  // Several ranks with replicated state (ZeRO stage 0, FSDP NO_SHARD): each rank runs its own
+  // micro-batches, and every unit's accumulated gradient is all-reduced over the ranks before
+  // its optimizer step (zinf's rank-ordered sum: the same bits on every rank), after the last
+  // micro-batch's backward (with overlap_adam: just before the unit's update in that backward).
+  // The gradient shards are then fp32 whatever micro_batches is (the sum is exact in fp32 of
+  // the 16-bit values), and grad_sum_squares() and the finiteness are those of the sum. Null or
+  // a world of one: one rank. The communicator must outlive the executor.
+  comm::Communicator* comm = nullptr;
 };
 
 // One unit's optimizer state as a checkpoint records it: on NVMe (extents of the run's swap
@@ -118,6 +127,8 @@ struct ExecutorStats {
   uint64_t optimizer_bytes_written = 0;
   double optimizer_wait_seconds = 0;     // forward waiting for the optimizer's new weights
   uint64_t grad_d2h_bytes = 0;           // gradients copied to the host, all steps
+  double comm_seconds = 0;               // all-reducing gradients (waiting for the ranks)
+  uint64_t grad_comm_sent_bytes = 0;     // ... and the bytes this rank sent for it
 };
 
 // The three bounds of a step, each measured alone (--profile).
@@ -253,6 +264,13 @@ class LayerExecutor {
   Status FetchWeights(uint32_t unit, float* dst);
   Status Upload(const int32_t* tokens, const int32_t* targets);
   Result<double> ForwardAll();
+  // Whether gradients are all-reduced over ranks (ExecutorOptions::comm, world > 1).
+  bool ReducesGrads() const;
+  // All-reduces unit's accumulated gradient in place in its host copy (released dirty), adding
+  // its Σ g² to *sum_squares; whether every value of the sum is finite.
+  Result<bool> ReduceUnitGrad(uint32_t unit, double* sum_squares);
+  // ReduceUnitGrad over every unit in backward order; grad_sum_squares_ becomes the sum's.
+  Result<bool> ReduceAllGrads();
   // The gradient shards' element type (see ExecutorOptions::micro_batches) and their bytes.
   kernels::DType GradType() const;
   uint64_t GradBytes(uint64_t n) const;

@@ -130,6 +130,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   // With overlap, a unit whose gradients are final is updated right after the next unit's
   // backward is enqueued (on a GPU the two then run at once).
   int64_t pending = -1;
+  double reduced_sum_squares = 0;  // across ranks with overlap: Σ g² of the sums so far
   auto hand_over = [&](uint32_t unit, const float* grad) -> Status {
     ZINF_RETURN_IF_ERROR(HandOverGrad(unit, grad, accumulate_scale, first, last));
     if (overlap != nullptr) pending = unit;
@@ -139,8 +140,12 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
     if (pending < 0) return Status::Ok();
     const auto unit = static_cast<uint32_t>(pending);
     pending = -1;
-    // The unit's gradients are final (its hand-over done) and finite before it is updated.
+    // The unit's gradients are final (its hand-over done) and finite before it is updated;
+    // across ranks, summed over them first (every rank reduces the units in the same order).
     ZINF_ASSIGN_OR_RETURN(auto so_far, accumulator_->WaitIdle());
+    if (ReducesGrads()) {
+      ZINF_ASSIGN_OR_RETURN(so_far.finite, ReduceUnitGrad(unit, &reduced_sum_squares));
+    }
     if (!so_far.finite) {
       return Aborted(fmt::format("non-finite gradients in {} with zinf.overlap_adam: the units "
                                  "after it in backward order are already updated",
@@ -190,6 +195,14 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   stats_.grad_seconds += Since(t_wait);
   r.finite = totals.finite;
   if (last) grad_sum_squares_ = totals.sum_squares;
+  if (last && ReducesGrads()) {
+    // Across ranks the step's gradient is the sum over them: its Σ g² and finiteness decide.
+    if (overlap != nullptr) {
+      grad_sum_squares_ = reduced_sum_squares;
+    } else {
+      ZINF_ASSIGN_OR_RETURN(r.finite, ReduceAllGrads());
+    }
+  }
   stats_.grad_d2h_bytes = accumulator_->d2h_bytes();
   stats_.adam_seconds += r.optimizer.adam_seconds;
   return r;

@@ -21,6 +21,7 @@
 #include "src/train/executor.h"
 #include "src/train/loss_scaler.h"
 #include "src/train/lr_schedule.h"
+#include "src/train/ranks.h"
 #include "src/train/weights_io.h"
 
 namespace zinf::train {
@@ -173,6 +174,14 @@ std::string TrainSummary::ToJson() const {
       j["plain_copy_seconds"] = plain_copy_seconds;
     }
   }
+  if (world > 1) {
+    j["world"] = world;
+    j["transport"] = transport;
+    j["comm_sent_bytes_per_step"] = comm_sent_bytes_per_step;
+    j["comm_received_bytes_per_step"] = comm_received_bytes_per_step;
+    j["grad_comm_sent_bytes_per_step"] = grad_comm_sent_bytes_per_step;
+    j["comm_seconds_per_step"] = comm_seconds;
+  }
   j["compute_seconds_per_step"] = compute_seconds;
   j["stall_seconds_per_step"] = stall_seconds;
   j["optimizer_wait_seconds_per_step"] = optimizer_wait_seconds;
@@ -188,8 +197,24 @@ std::string TrainSummary::ToJson() const {
 }
 
 Result<TrainSummary> Train(const TrainOptions& opt) {
-  const Config& c = opt.config;
-  ZINF_RETURN_IF_ERROR(c.Validate());
+  // Across ranks (zinf launch): the batch keys are read against the world size, and each rank
+  // has its own swap directories.
+  ZINF_ASSIGN_OR_RETURN(const comm::WorldEnv world_env, comm::ReadWorldEnv());
+  Config shared = opt.config;
+  shared.world_size = static_cast<uint64_t>(world_env.world);
+  ZINF_RETURN_IF_ERROR(shared.Validate());
+  const Config cfg = world_env.world > 1 ? PerRankPaths(shared, world_env.rank) : shared;
+  const Config& c = cfg;
+  if (world_env.world > 1 && UsesNvme(c)) ZINF_RETURN_IF_ERROR(MakeRankDirs(c));
+  ZINF_ASSIGN_OR_RETURN(Ranks ranks, JoinRanks(shared));
+  ZINF_RETURN_IF_ERROR(CheckRanksAgree(ranks, shared,
+                                       {.steps = opt.steps,
+                                        .data = AbsolutePath(opt.data_path),
+                                        .val_data = AbsolutePath(opt.val_data_path),
+                                        .init = AbsolutePath(opt.init_path),
+                                        .synthetic_bytes = opt.synthetic_bytes}));
+  const bool lead = ranks.lead();
+  const uint64_t world = static_cast<uint64_t>(ranks.world());
   if (c.precision() == Precision::kFp32) {
     return Unimplemented(fmt::format(
         "{}: bf16.enabled is false and fp16 is off, which asks for fp32 training; zinf trains "
@@ -262,6 +287,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   ZINF_ASSIGN_OR_RETURN(eo.state_generations,
                         StateGenerations(c, resume_from ? &*resume_from : nullptr));
   eo.verify_state_reads = ck.verify_state_reads;
+  eo.comm = ranks.comm.get();
   bool swap_in_checkpoint = false;
   if (resume_from) {
     for (const auto& f : resume_from->files) swap_in_checkpoint |= f.kind == "swap";
@@ -354,14 +380,16 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
               rt->device->Describe(), Since(t_init));
 
   std::ofstream losses;
-  if (!opt.losses_path.empty()) {
+  if (!opt.losses_path.empty() && lead) {
     losses.open(opt.losses_path, std::ios::trunc);
     if (!losses) return Status::FromErrno(errno, "open --losses file " + opt.losses_path);
   }
 
   TrainSummary sum;
   sum.params = dims.TotalParams();
-  sum.tokens_per_step = uint64_t{B} * T * gas;
+  sum.tokens_per_step = uint64_t{B} * T * gas * world;  // the global batch
+  sum.world = ranks.world();
+  sum.rank = ranks.rank();
   sum.device = rt->device->Describe();
   sum.backend = std::string(backend->name());
   sum.io_engine = rt->engine ? std::string(rt->engine->name()) : "none";
@@ -409,20 +437,28 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     // coefficient of the previous step's norm (the current one is not known yet).
     const kernels::AdamHyper overlap_hyper = hyper_with(prev_clip);
     offload::OptimizerStepStats os;
-    for (uint64_t m = 0; m < gas; ++m) {
+    // The step's global batch in the order one rank reads it; this rank's share is the
+    // micro-batches [rank * gas, (rank + 1) * gas) (ranks.h).
+    const uint64_t global_mb = gas * world;
+    std::vector<double> mb_losses;
+    for (uint64_t g = 0; g < global_mb; ++g) {
       train_data.Next(x.data(), y.data());
+      if (g / gas != static_cast<uint64_t>(ranks.rank())) continue;
+      const uint64_t m = g % gas;
       const bool last = m + 1 == gas;
-      // As DeepSpeed: the loss is divided by the accumulation count before backward, so the
-      // 16-bit gradients are loss_scale * g / gas (an fp16 overflow happens where it would there).
-      ZINF_ASSIGN_OR_RETURN(MicroBatchResult r,
-                            ex->ForwardBackward(x.data(), y.data(),
-                                                static_cast<float>(loss_scale / static_cast<double>(gas)),
-                                                1.0f, m == 0, last,
-                                                overlap && last ? &overlap_hyper : nullptr));
-      loss += r.loss / static_cast<double>(gas);
+      // As DeepSpeed: the loss is divided by the accumulation count (over every rank) before
+      // backward, so the 16-bit gradients are loss_scale * g / (gas * world) (an fp16 overflow
+      // happens where it would there).
+      ZINF_ASSIGN_OR_RETURN(
+          MicroBatchResult r,
+          ex->ForwardBackward(x.data(), y.data(),
+                              static_cast<float>(loss_scale / static_cast<double>(global_mb)),
+                              1.0f, m == 0, last, overlap && last ? &overlap_hyper : nullptr));
+      mb_losses.push_back(r.loss);
       finite = finite && r.finite;
       if (overlap && last) os = r.optimizer;
     }
+    ZINF_ASSIGN_OR_RETURN(loss, MeanLoss(ranks, mb_losses));
     bool skip = !finite;
     if (fp16) {
       ZINF_ASSIGN_OR_RETURN(bool scaler_skip, scaler.Update(!finite));
@@ -490,7 +526,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
       losses << j.dump() << "\n" << std::flush;
       if (!losses) return IoError("write --losses file " + opt.losses_path);
     }
-    if (opt.progress && (step % std::max<uint64_t>(1, c.train.steps_per_print) == 0 ||
+    if (opt.progress && lead && (step % std::max<uint64_t>(1, c.train.steps_per_print) == 0 ||
                          step + 1 == opt.steps)) {
       const double avg = time_total / static_cast<double>(step + 1);
       std::string line = fmt::format(
@@ -515,8 +551,10 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                  cs.last_step, cs.last_writer_seconds, step + 1, dt,
                  FormatBytesHuman(cs.plain_copy_bytes / cs.plain_copies), copy);
     }
-    const bool stop = ((opt.stop != nullptr && opt.stop->load()) || step + 1 == opt.stop_after) &&
-                      step + 1 < opt.steps;
+    const bool stop_here =
+        ((opt.stop != nullptr && opt.stop->load()) || step + 1 == opt.stop_after) &&
+        step + 1 < opt.steps;
+    ZINF_ASSIGN_OR_RETURN(const bool stop, AnyRank(ranks, stop_here));
     if (checkpoint_due(step) || (stop && checkpointer != nullptr)) {
       TrainerState st;
       st.step = step + 1;
@@ -594,6 +632,17 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                    sum.adam_bound_seconds});
     sum.step_over_bound = bound > 0 ? sum.step_seconds_median / bound : 0;
   }
+  if (ranks.comm != nullptr) {
+    const comm::CommStats cs = ranks.comm->stats();
+    const double n = static_cast<double>(std::max<uint64_t>(1, sum.steps));
+    sum.comm_sent_bytes_per_step = static_cast<double>(cs.total_sent()) / n;
+    sum.comm_received_bytes_per_step = static_cast<double>(cs.total_received()) / n;
+    sum.grad_comm_sent_bytes_per_step = static_cast<double>(es_total.grad_comm_sent_bytes) / n;
+    sum.comm_seconds = es_total.comm_seconds / n;
+    sum.transport = ranks.comm->Describe();
+  }
+  // The state is the same on every rank (stage 0): rank 0 writes what the run leaves.
+  if (!lead) return sum;
   if (!opt.save_path.empty()) ZINF_RETURN_IF_ERROR(SaveWeights(*ex, opt.save_path));
   if (!trace_path.empty()) ZINF_RETURN_IF_ERROR(tracer.Write(trace_path));
   if (!opt.summary_path.empty()) {

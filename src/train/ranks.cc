@@ -1,0 +1,99 @@
+#include "src/train/ranks.h"
+
+#include <filesystem>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "src/base/hash.h"
+
+namespace zinf::train {
+namespace {
+
+std::string RankDir(const std::string& dir, int rank) {
+  if (dir.empty()) return dir;
+  return (std::filesystem::path(dir) / fmt::format("rank{}", rank)).string();
+}
+
+}  // namespace
+
+Result<Ranks> JoinRanks(const Config& c) {
+  Ranks r;
+  ZINF_ASSIGN_OR_RETURN(r.env, comm::ReadWorldEnv());
+  if (r.env.world == 1) return r;
+  if (c.zero.stage != 0) {
+    return Unimplemented(fmt::format(
+        "{}: zero_optimization.stage {} across {} ranks is not implemented yet: partitioning the "
+        "optimizer state, gradients and parameters over ranks (ZeRO-1/2/3) comes next; stage 0 "
+        "(the state replicated on every rank, gradients all-reduced) runs across ranks today",
+        c.source, c.zero.stage, r.env.world));
+  }
+  if (!c.zinf.checkpoint.dir.empty() || !c.zinf.checkpoint.resume.empty()) {
+    return Unimplemented(fmt::format(
+        "{}: checkpoints (zinf.checkpoint.dir, --checkpoint-dir, --resume) of a run across {} "
+        "ranks are not implemented yet: per-rank checkpoints come with the partitioning",
+        c.source, r.env.world));
+  }
+  comm::CommOptions o;
+  o.timeout = std::chrono::seconds(c.zinf.comm.timeout_seconds);
+  o.check_sequence = c.zinf.comm.check_sequence;
+  ZINF_ASSIGN_OR_RETURN(r.comm, comm::Connect(r.env, o));
+  return r;
+}
+
+Status CheckRanksAgree(const Ranks& ranks, const Config& c, const AgreementInputs& in) {
+  if (ranks.comm == nullptr) return Status::Ok();
+  const std::string what = fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n{}", c.ToJson().dump(), in.steps,
+                                       in.data, in.val_data, in.init, in.synthetic_bytes,
+                                       ranks.world());
+  return ranks.comm->CheckAgreement(
+      Xxh64(what.data(), what.size()),
+      "the training job (the config with its flags, --steps, the data, --init, WORLD_SIZE)");
+}
+
+Config PerRankPaths(Config c, int rank) {
+  c.zero.offload_param.nvme_path = RankDir(c.zero.offload_param.nvme_path, rank);
+  c.zero.offload_optimizer.nvme_path = RankDir(c.zero.offload_optimizer.nvme_path, rank);
+  c.zinf.swap_dir = RankDir(c.zinf.swap_dir, rank);
+  for (auto& p : c.zinf.stripe_paths) p = RankDir(p, rank);
+  return c;
+}
+
+Status MakeRankDirs(const Config& c) {
+  std::vector<std::string> dirs = c.zinf.stripe_paths;
+  for (const std::string* d : {&c.zero.offload_param.nvme_path,
+                               &c.zero.offload_optimizer.nvme_path, &c.zinf.swap_dir})
+    dirs.push_back(*d);
+  for (const std::string& d : dirs) {
+    if (d.empty()) continue;
+    std::error_code ec;
+    std::filesystem::create_directories(d, ec);
+    if (ec) return InvalidArgument(fmt::format("this rank's swap directory {}: {}", d, ec.message()));
+  }
+  return Status::Ok();
+}
+
+Result<double> MeanLoss(const Ranks& ranks, std::span<const double> mine) {
+  const size_t per = mine.size();
+  std::vector<double> all(per * size_t(ranks.world()));
+  if (ranks.comm == nullptr) {
+    all.assign(mine.begin(), mine.end());
+  } else {
+    ZINF_RETURN_IF_ERROR(
+        ranks.comm->AllGather(mine.data(), all.data(), per, comm::DType::kF64).Wait());
+  }
+  double loss = 0;
+  for (double l : all) loss += l / static_cast<double>(all.size());
+  return loss;
+}
+
+Result<bool> AnyRank(const Ranks& ranks, bool mine) {
+  if (ranks.comm == nullptr) return mine;
+  int32_t in = mine ? 1 : 0, out = 0;
+  ZINF_RETURN_IF_ERROR(
+      ranks.comm->AllReduce(&in, comm::DType::kI32, &out, comm::DType::kI32, 1).Wait());
+  return out > 0;
+}
+
+}  // namespace zinf::train

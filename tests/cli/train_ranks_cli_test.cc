@@ -1,0 +1,208 @@
+// `zinf launch --nproc N -- zinf train` with zero_optimization.stage 0 (state replicated,
+// gradients all-reduced over Gloo between processes): the same global batch trained by one rank
+// and by 2 or 4 ranks, compared bit for bit (final weights, losses, gradient norms); the
+// gradients' wire bytes against 2(N-1)/N of their fp32 size; and the failures: a rank given
+// another config, a wrong world size, a rank killed mid-run, what is not implemented across
+// ranks yet.
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "src/comm/tcp_store.h"
+#include "tests/cli/cli_util.h"
+#include "tests/cli/train_cli_util.h"
+#include "tests/test_util.h"
+
+namespace zinf {
+namespace {
+
+using namespace zinf::testing::train_cli;
+using testing::RunZinf;
+using testing::TempDir;
+
+uint16_t FreePort() {
+  auto s = comm::TcpStoreServer::Start("127.0.0.1", 0);
+  return s.ok() ? (*s)->port() : 0;
+}
+
+// `zinf launch` of n ranks on a free port, up to the "--".
+std::string LaunchPrefix(int n) {
+  return "launch --nproc " + std::to_string(n) + " --grace 2 --master-port " +
+         std::to_string(FreePort()) + " -- ";
+}
+// ... of `zinf <args>`.
+std::string Launch(int n) { return LaunchPrefix(n) + ZINF_BINARY + " "; }
+
+// The losses file without the step times.
+std::string Losses(const std::string& path) {
+  std::string out;
+  for (const auto& line : Lines(ReadFile(path))) {
+    auto j = nlohmann::json::parse(line);
+    j.erase("seconds");
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+struct TrainRun {
+  testing::CommandResult r;
+  std::string weights, losses;
+  nlohmann::json summary;
+};
+
+TrainRun Train(const TempDir& dir, const std::string& name, const std::string& prefix,
+          const std::string& args) {
+  std::filesystem::create_directories(dir / name);
+  const std::string base = dir / name;
+  TrainRun run;
+  run.r = RunZinf(prefix + args + " --save " + base + "/w.safetensors --losses " + base +
+                      "/l.jsonl --summary-json " + base + "/s.json",
+                  base);
+  run.weights = ReadFile(base + "/w.safetensors");
+  run.losses = Losses(base + "/l.jsonl");
+  std::ifstream s(base + "/s.json");
+  if (s) run.summary = nlohmann::json::parse(s, nullptr, false);
+  return run;
+}
+
+std::string Stage0(const TempDir& dir) {
+  const std::string path = dir / "stage0.json";
+  std::ofstream(path) << R"({"zero_optimization": {"stage": 0}})";
+  return " --config " + path;
+}
+
+// One rank accumulating N micro-batches against N ranks of one each: the rank-ordered sum of
+// the ranks' gradients is the accumulator's sum, so everything is equal bit for bit — with the
+// state in memory and on NVMe, with the optimizer overlapping backward, and in fp16.
+TEST(TrainRanksCliTest, RanksTrainBitForBitAsOneRank) {
+  TempDir dir;
+  const std::string f16 = dir / "f16.json";
+  std::ofstream(f16) << R"({"zero_optimization": {"stage": 0}, "fp16": {"enabled": true}})";
+  struct Case {
+    const char* name;
+    int world;
+    std::string extra;
+  } cases[] = {
+      {"cpu2", 2, Stage0(dir) + " --offload cpu"},
+      {"nvme4", 4, Stage0(dir) + " --offload nvme"},
+      {"overlap2", 2, Stage0(dir) + " --offload nvme --overlap-adam"},
+      {"fp16_2", 2, " --config " + f16 + " --offload cpu"},
+  };
+  for (const Case& c : cases) {
+    const std::string w = std::to_string(c.world);
+    TrainRun one = Train(dir, std::string(c.name) + "_one", "",
+                    Tiny(4) + c.extra + " --swap-dir " + dir / "sw1" + " --grad-accum " + w);
+    TrainRun many = Train(dir, std::string(c.name) + "_many", Launch(c.world),
+                     Tiny(4) + c.extra + " --swap-dir " + dir / "swN" + " --grad-accum 1");
+    ASSERT_EQ(one.r.exit_code, 0) << c.name << one.r.err;
+    ASSERT_EQ(many.r.exit_code, 0) << c.name << many.r.out << many.r.err;
+    EXPECT_FALSE(one.weights.empty());
+    EXPECT_TRUE(one.weights == many.weights) << c.name << ": final weights differ";
+    EXPECT_EQ(one.losses, many.losses) << c.name;
+    EXPECT_EQ(many.summary.value("world", 0), c.world) << c.name;
+    EXPECT_EQ(many.summary["tokens_per_step"], one.summary["tokens_per_step"]) << c.name;
+    EXPECT_NE(many.r.out.find("[rank 0] done: 4 steps"), std::string::npos) << many.r.out;
+    EXPECT_EQ(many.r.out.find("[rank 1] done"), std::string::npos) << "rank 0 reports alone";
+    if (std::string(c.name) == "nvme4") {
+      for (int r = 0; r < 4; ++r)
+        EXPECT_TRUE(std::filesystem::exists(dir / ("swN/rank" + std::to_string(r))));
+    }
+  }
+}
+
+// Two micro-batches on each of two ranks against four on one: the ranks' sums are added in
+// another association ((m0 + m1) + (m2 + m3) instead of ((m0 + m1) + m2) + m3). Sums of a few
+// bf16 values are exact in fp32 unless their exponents differ by more than 15, so the results
+// agree here to float32 noise at most; the bound checks the losses.
+TEST(TrainRanksCliTest, AccumulationOnEachRankAgreesWithOneRank) {
+  TempDir dir;
+  TrainRun one = Train(dir, "one", "", Tiny(4) + Stage0(dir) + " --offload cpu --grad-accum 4");
+  TrainRun two = Train(dir, "two", Launch(2), Tiny(4) + Stage0(dir) + " --offload cpu --grad-accum 2");
+  ASSERT_EQ(one.r.exit_code, 0) << one.r.err;
+  ASSERT_EQ(two.r.exit_code, 0) << two.r.err;
+  const auto a = Lines(one.losses), b = Lines(two.losses);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double la = nlohmann::json::parse(a[i])["loss"], lb = nlohmann::json::parse(b[i])["loss"];
+    EXPECT_NEAR(la, lb, 1e-5 * std::abs(la)) << "step " << i + 1;
+  }
+}
+
+// An all-reduce sends 2(N-1)/N of the vector per rank: for 2 ranks, the fp32 gradients once.
+TEST(TrainRanksCliTest, GradientWireBytesAreTwoPsiOverN) {
+  TempDir dir;
+  TrainRun two = Train(dir, "two", Launch(2), Tiny(3) + Stage0(dir) + " --offload cpu");
+  ASSERT_EQ(two.r.exit_code, 0) << two.r.err;
+  const double params = two.summary["params"];
+  EXPECT_EQ(two.summary["grad_comm_sent_bytes_per_step"].get<double>(), 4 * params);
+  // Everything else on the wire (the losses, the stop flags) is a few bytes a step.
+  EXPECT_LT(two.summary["comm_sent_bytes_per_step"].get<double>(), 4 * params + 256);
+  EXPECT_NE(two.r.out.find("2 ranks over gloo tcp"), std::string::npos) << two.r.out;
+}
+
+TEST(TrainRanksCliTest, ARankWithAnotherConfigIsNamed) {
+  TempDir dir;
+  // Rank 1 asks for 5 steps, rank 0 for 4.
+  const std::string tiny_without_steps =
+      " train --layers 2 --width 32 --heads 4 --seq-len 16 --vocab 64 --batch 4 --device-budget "
+      "4M --pinned-budget 16M --synthetic-bytes 65536";
+  auto r = RunZinf(LaunchPrefix(2) + "sh -c '" + ZINF_BINARY + tiny_without_steps +
+                       Stage0(dir) + " --offload cpu --steps $((4 + RANK))'",
+                   dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("the ranks disagree on the training job"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 ("), std::string::npos) << r.err;
+}
+
+TEST(TrainRanksCliTest, AWrongWorldSizeIsNamed) {
+  TempDir dir;
+  const std::string port = std::to_string(FreePort());
+  const std::string cmd = std::string(ZINF_BINARY) + " " + Tiny(2) + Stage0(dir) +
+                          " --offload cpu --comm-timeout 5";
+  auto r = RunZinf("info >/dev/null; { RANK=0 WORLD_SIZE=2 MASTER_PORT=" + port + " " + cmd +
+                       " & RANK=1 WORLD_SIZE=3 MASTER_PORT=" + port + " " + cmd + "; wait; }",
+                   dir.path());
+  EXPECT_NE(r.err.find("wrong world size: rank 0 runs WORLD_SIZE=2, rank 1 was given "
+                       "WORLD_SIZE=3"),
+            std::string::npos) << r.err;
+}
+
+// Without a launcher to end it, rank 0 fails by itself when rank 1 dies, naming it.
+TEST(TrainRanksCliTest, ARankKilledMidRunIsNamedByTheOthers) {
+  TempDir dir;
+  const std::string env = "WORLD_SIZE=2 MASTER_PORT=" + std::to_string(FreePort());
+  const std::string cmd = std::string(ZINF_BINARY) + " " + Tiny(100000) + Stage0(dir) +
+                          " --offload cpu --comm-timeout 30";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = RunZinf("info >/dev/null; RANK=1 " + env + " " + cmd +
+                       " >/dev/null 2>&1 & p=$!; (sleep 3; kill -9 $p) & RANK=0 " + env + " " +
+                       cmd + " >/dev/null",
+                   dir.path());
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("failed"), std::string::npos) << r.err;
+  EXPECT_LT(secs, 30.0);
+}
+
+TEST(TrainRanksCliTest, WhatIsNotImplementedAcrossRanksIsRefused) {
+  TempDir dir;
+  auto r = RunZinf(Launch(2) + Tiny(2) + " --offload cpu", dir.path());  // stage 3 by default
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("zero_optimization.stage 3 across 2 ranks is not implemented yet"),
+            std::string::npos) << r.err;
+  r = RunZinf(Launch(2) + Tiny(2) + Stage0(dir) + " --offload cpu --checkpoint-dir " +
+                  dir / "ck",
+              dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("checkpoints"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace zinf
