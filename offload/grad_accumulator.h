@@ -73,8 +73,10 @@ class GradAccumulator {
                                                          const GradAccumulatorOptions& options);
   ~GradAccumulator();  // finishes what was submitted
 
-  // REQUIRES: the shard holds 4n bytes (fp32), or n values of `type` when that is 16-bit (then
-  // first and scale == 1). Returns the event after which device_grad may be overwritten.
+  // REQUIRES: the shard holds 4n bytes (fp32) or more (the bytes past 4n are left as they are:
+  // padding a caller may use, say to reduce-scatter the shard in equal chunks), or exactly n
+  // values of `type` when that is 16-bit (then first and scale == 1). Returns the event after
+  // which device_grad may be overwritten.
   Result<Event> Submit(const HandOver& h);
 
   struct Totals {

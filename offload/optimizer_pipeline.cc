@@ -255,7 +255,8 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     b.exp_avg = slab + l.exp_avg;
     b.exp_avg_sq = slab + l.exp_avg_sq;
     b.state_type = kernels::DType::kF32;
-    b.param16_out = u.param16.bytes ? slab + l.param16 : nullptr;
+    const bool want16 = u.param16.bytes != 0 || u.param16_to_caller;
+    b.param16_out = want16 ? slab + l.param16 : nullptr;
     b.param16_type = options_.param16_type;
     b.n = u.n;
     kernels::AdamOptions ao = options_.adam;
@@ -277,7 +278,7 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       if (!r.ok() && info.ok()) info = r;
     }
     stats.adam_seconds += std::chrono::duration<double>(a1 - a0).count();
-    if (info.ok() && on_unit_updated != nullptr && u.param16.bytes != 0) {
+    if (info.ok() && on_unit_updated != nullptr && want16) {
       (*on_unit_updated)(i, slab + l.param16);
     }
     if (tracer) tracer->Complete(adam_track, fmt::format("adam unit {}", i), a0, a1, "compute");

@@ -50,6 +50,9 @@ struct OptimizerUnit {
   // extents stay untouched while the next step writes the other generation.
   Extent master_out, exp_avg_out, exp_avg_sq_out;
   Extent param16;                        // 2n bytes; bytes == 0: no 16-bit copy written home
+  // Without a param16 extent: compute the 16-bit copy all the same, for on_unit_updated only
+  // (ZeRO-1 gathers a unit's chunks before anything is written home).
+  bool param16_to_caller = false;
   const void* grad = nullptr;            // (n) host memory, grad_type; or:
   std::optional<ShardId> grad_shard;     // gradient shard (n grad_type values) of the
                                          // pipeline's TierManager
@@ -101,7 +104,7 @@ class OptimizerPipeline {
   // on_unit_written (optional) is called once per unit, from the I/O engine's completion
   // thread, when all of that unit's writes (state and param16) have completed successfully; it
   // must not block. on_unit_updated (optional) is called on the calling thread once per unit
-  // with a param16 extent, right after its Adam and before its writes are submitted, with the
+  // with a param16 extent (or param16_to_caller), right after its Adam and before its writes are submitted, with the
   // new 16-bit weights (valid only during the call; Param16Bytes of the unit's n). When Step
   // fails, a unit given to on_unit_updated without its on_unit_written is not known to be
   // written home (its writes failed or were never submitted): the caller must not trust its

@@ -67,7 +67,36 @@ Result<std::unique_ptr<LayerExecutor>> LayerExecutor::Create(OffloadRuntime& rt,
   return e;
 }
 
+LayerExecutor::Chunk LayerExecutor::ChunkOf(uint32_t unit) const {
+  const uint64_t n = dims_.UnitParams(unit);
+  if (!partitioned_) return {0, n, n};
+  const auto w = static_cast<uint64_t>(options_.comm->world());
+  const auto r = static_cast<uint64_t>(options_.comm->rank());
+  const uint64_t per = (n + w - 1) / w;
+  const uint64_t lo = std::min(n, r * per);
+  return {lo, std::min(per, n - lo), per};
+}
+
+uint64_t LayerExecutor::StateElems(uint32_t unit) const { return ChunkOf(unit).len; }
+
+uint64_t LayerExecutor::StateParams() const {
+  uint64_t n = 0;
+  for (uint32_t u = 0; u < dims_.units(); ++u) n += StateElems(u);
+  return n;
+}
+
 Status LayerExecutor::Setup() {
+  partitioned_ = options_.partition_optimizer && ReducesGrads();
+  if (partitioned_) {
+    for (uint32_t u = 0; u < dims_.units(); ++u) {
+      if (ChunkOf(u).len == 0) {
+        return InvalidArgument(fmt::format(
+            "{} has {} parameters: too few to give each of {} ranks a part of its optimizer "
+            "state (ZeRO-1); use fewer ranks or stage 0", dims_.UnitName(u),
+            dims_.UnitParams(u), options_.comm->world()));
+      }
+    }
+  }
   ZINF_RETURN_IF_ERROR(RegisterShards());
   ZINF_RETURN_IF_ERROR(CheckPinnedBudget());
   const uint64_t max_n = dims_.MaxUnitParams();
@@ -148,31 +177,42 @@ Status LayerExecutor::RegisterShards() {
   const bool grad_nvme = rt_.swap != nullptr;
   for (uint32_t u = 0; u < dims_.units(); ++u) {
     const uint64_t n = dims_.UnitParams(u);
+    // The optimizer state's elements (this rank's chunk with ZeRO-1) and the gradient's (the
+    // unit, padded to world equal chunks with ZeRO-1: reduce-scattered in place).
+    const Chunk chunk = ChunkOf(u);
+    const uint64_t sn = chunk.len;
+    const uint64_t gn = partitioned_ ? chunk.per * static_cast<uint64_t>(options_.comm->world())
+                                     : n;
     offload::OptimizerUnit ou;
-    ou.n = n;
+    ou.n = sn;
     ou.grad_type = GradType();
+    offload::Extent p16_home;
     if (options_.optimizer_on_nvme) {
       offload::SwapSpace& sw = *rt_.swap;
-      ZINF_ASSIGN_OR_RETURN(ou.master, sw.Allocate(4 * n));
-      ZINF_ASSIGN_OR_RETURN(ou.exp_avg, sw.Allocate(4 * n));
-      ZINF_ASSIGN_OR_RETURN(ou.exp_avg_sq, sw.Allocate(4 * n));
-      ZINF_ASSIGN_OR_RETURN(ou.param16, sw.Allocate(Param16Bytes(n)));
+      ZINF_ASSIGN_OR_RETURN(ou.master, sw.Allocate(4 * sn));
+      ZINF_ASSIGN_OR_RETURN(ou.exp_avg, sw.Allocate(4 * sn));
+      ZINF_ASSIGN_OR_RETURN(ou.exp_avg_sq, sw.Allocate(4 * sn));
+      ZINF_ASSIGN_OR_RETURN(p16_home, sw.Allocate(Param16Bytes(n)));
+      // ZeRO-1: the pipeline updates a chunk and writes no 16-bit weights home (the gathered
+      // unit is, by GatherParam16).
+      if (!partitioned_) ou.param16 = p16_home;
     } else {
-      master_.emplace_back(n);
-      exp_avg_.emplace_back(n);
-      exp_avg_sq_.emplace_back(n);
+      master_.emplace_back(sn);
+      exp_avg_.emplace_back(sn);
+      exp_avg_sq_.emplace_back(sn);
       if (p16_nvme) {
-        ZINF_ASSIGN_OR_RETURN(ou.param16, rt_.swap->Allocate(Param16Bytes(n)));
+        ZINF_ASSIGN_OR_RETURN(p16_home, rt_.swap->Allocate(Param16Bytes(n)));
+        ou.param16 = p16_home;
       }
     }
     offload::ShardSpec p{.name = dims_.UnitName(u) + ".param16", .unit = u,
                          .role = offload::Role::kParam16, .bytes = Param16Bytes(n),
                          .home = p16_nvme ? Tier::kNvme : Tier::kHost};
-    if (p16_nvme) p.home_extent = ou.param16;
+    if (p16_nvme) p.home_extent = p16_home;
     ZINF_ASSIGN_OR_RETURN(offload::ShardId pid, tm.Register(p));
     ZINF_ASSIGN_OR_RETURN(offload::ShardId gid,
                           tm.Register({.name = dims_.UnitName(u) + ".grad", .unit = u,
-                                       .role = offload::Role::kGrad, .bytes = GradBytes(n),
+                                       .role = offload::Role::kGrad, .bytes = GradBytes(gn),
                                        .home = grad_nvme ? Tier::kNvme : Tier::kHost}));
     p16_.push_back(pid);
     grad_.push_back(gid);
@@ -180,6 +220,11 @@ Status LayerExecutor::RegisterShards() {
     opt_units_.push_back(ou);
   }
   if (!options_.optimizer_on_nvme) p16_staging_.resize(dims_.MaxUnitParams());
+  if (partitioned_) {
+    uint64_t most = 0;
+    for (uint32_t u = 0; u < dims_.units(); ++u) most = std::max(most, ChunkOf(u).per);
+    gather16_.resize(most * static_cast<uint64_t>(options_.comm->world()));
+  }
   const uint32_t units = dims_.units();
   state_ext_.resize(1);
   for (uint32_t u = 0; u < units; ++u) {
@@ -198,7 +243,7 @@ Status LayerExecutor::RegisterShards() {
     for (uint32_t u = 0; u < units; ++u) {
       std::array<offload::Extent, offload::kStateRoles> ext;
       for (auto& e : ext) {
-        ZINF_ASSIGN_OR_RETURN(e, rt_.swap->Allocate(4 * dims_.UnitParams(u)));
+        ZINF_ASSIGN_OR_RETURN(e, rt_.swap->Allocate(4 * StateElems(u)));
       }
       state_ext_[g].push_back(ext);
     }

@@ -96,6 +96,16 @@ struct ExecutorOptions {
   // the 16-bit values), and grad_sum_squares() and the finiteness are those of the sum. Null or
   // a world of one: one rank. The communicator must outlive the executor.
   comm::Communicator* comm = nullptr;
+  // ZeRO-1 (with comm across ranks): the optimizer state is partitioned — each rank keeps the
+  // fp32 master weights and moments of its own near-equal chunk of every unit (12 bytes a
+  // parameter / world), on NVMe or in memory. After the last micro-batch each unit's gradient
+  // is reduce-scattered (the rank-ordered sum of the rank's chunk lands in it), the rank's Adam
+  // updates its chunk, and the new 16-bit weights are all-gathered and written home on every
+  // rank: (world-1)/world of the fp32 gradients and of the 16-bit weights on the wire. Steps
+  // run unit by unit on the training thread (not async_optimizer, not overlap_adam). Σ g² is
+  // the rank-ordered sum of the ranks' partial sums. GetUnitWeights becomes a collective (every
+  // rank calls it for the same unit).
+  bool partition_optimizer = false;
 };
 
 // One unit's optimizer state as a checkpoint records it: on NVMe (extents of the run's swap
@@ -240,6 +250,8 @@ class LayerExecutor {
                                       uint64_t micro_batches);
 
   ExecutorStats stats() const { return stats_; }
+  // The parameters whose optimizer state this rank holds (all of them but with ZeRO-1).
+  uint64_t StateParams() const;
 
  private:
   struct Buffers;
@@ -266,6 +278,22 @@ class LayerExecutor {
   Result<double> ForwardAll();
   // Whether gradients are all-reduced over ranks (ExecutorOptions::comm, world > 1).
   bool ReducesGrads() const;
+  // ZeRO-1 (ExecutorOptions::partition_optimizer across ranks).
+  bool Partitioned() const { return partitioned_; }
+  // This rank's chunk of a unit: elements [lo, lo + len); every rank's chunk spans `per`
+  // elements of the padded vector (the last rank's may hold fewer real ones).
+  struct Chunk {
+    uint64_t lo = 0, len = 0, per = 0;
+  };
+  Chunk ChunkOf(uint32_t unit) const;
+  // The optimizer state's elements of a unit on this rank (its chunk, or the whole unit).
+  uint64_t StateElems(uint32_t unit) const;
+  // ZeRO-1: this rank's new 16-bit weights of a unit (chunk.len values) all-gathered into the
+  // whole unit and written home (every rank calls it for the same unit).
+  Status GatherParam16(uint32_t unit, const void* chunk16);
+  // ZeRO-1: one unit's optimizer step on this rank's chunk (NVMe or memory).
+  Status StepChunk(uint32_t unit, const kernels::AdamHyper& hyper,
+                   offload::OptimizerStepStats* st);
   // All-reduces unit's accumulated gradient in place in its host copy (released dirty), adding
   // its Σ g² to *sum_squares; whether every value of the sum is finite.
   Result<bool> ReduceUnitGrad(uint32_t unit, double* sum_squares);
@@ -335,6 +363,9 @@ class LayerExecutor {
   offload::StepHashing opt_hashing_;                    // the running async step's
   std::vector<std::vector<float>> master_, exp_avg_, exp_avg_sq_;
   std::vector<uint16_t> p16_staging_;  // host path: the new param16 of one unit
+  bool partitioned_ = false;
+  std::vector<uint16_t> gather16_;  // ZeRO-1: world chunks of 16-bit weights (the largest unit)
+  std::vector<double> partial_sum_squares_;  // ZeRO-1: every rank's Σ g² of its chunks
   std::unique_ptr<offload::OptimizerPipeline> pipeline_;
   std::unique_ptr<offload::GradAccumulator> accumulator_;
 

@@ -3,9 +3,11 @@
 // The layer executor across ranks (ExecutorOptions::comm): each unit's accumulated gradient
 // all-reduced in its host copy before the unit's optimizer step.
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/adam.h"
 #include "kernels/cpu/layer_ops.h"
 #include "src/train/executor_internal.h"
 
@@ -28,9 +30,18 @@ Result<bool> LayerExecutor::ReduceUnitGrad(uint32_t unit, double* sum_squares) {
   }
   auto* v = static_cast<float*>(*g);
   const auto t0 = Clock::now();
-  const auto kind = static_cast<size_t>(comm::OpKind::kAllReduce);
+  // Stage 0: every rank gets the whole sum. ZeRO-1: each rank gets the sum of its own chunk,
+  // in place (the shard is padded to world chunks); the rest of the copy is left as it was.
+  const Chunk chunk = ChunkOf(unit);
+  const auto kind = static_cast<size_t>(partitioned_ ? comm::OpKind::kReduceScatter
+                                                     : comm::OpKind::kAllReduce);
   const uint64_t sent0 = options_.comm->stats().bytes_sent[kind];
-  Status s = options_.comm->AllReduce(v, comm::DType::kF32, v, comm::DType::kF32, n).Wait();
+  Status s = partitioned_
+                 ? options_.comm
+                       ->ReduceScatter(v, comm::DType::kF32, v + chunk.lo, comm::DType::kF32,
+                                       chunk.per)
+                       .Wait()
+                 : options_.comm->AllReduce(v, comm::DType::kF32, v, comm::DType::kF32, n).Wait();
   stats_.comm_seconds += Since(t0);
   stats_.grad_comm_sent_bytes += options_.comm->stats().bytes_sent[kind] - sent0;
   if (!s.ok()) {
@@ -42,7 +53,8 @@ Result<bool> LayerExecutor::ReduceUnitGrad(uint32_t unit, double* sum_squares) {
   // The same bits on every rank, so the same Σ g² (summed as the accumulator sums a shard's)
   // and the same verdict: a float's square never overflows a double, so the sum is finite
   // exactly when every value is.
-  const double ss = kernels::cpu::SumSquares(v, n);
+  const double ss = partitioned_ ? kernels::cpu::SumSquares(v + chunk.lo, chunk.len)
+                                 : kernels::cpu::SumSquares(v, n);
   const bool finite = std::isfinite(ss);
   *sum_squares += ss;
   ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), true));
@@ -62,8 +74,89 @@ Result<bool> LayerExecutor::ReduceAllGrads() {
   }
   ZINF_ASSIGN_OR_RETURN(f, ReduceUnitGrad(0, &ss));
   finite = finite && f;
+  if (partitioned_) {
+    // Each rank summed its chunks: the step's Σ g² is the rank-ordered sum of the ranks' (the
+    // same double on every rank; it differs from one rank's sum over whole units in the last
+    // bits, and so does the clipping coefficient computed from it).
+    partial_sum_squares_.resize(static_cast<size_t>(options_.comm->world()));
+    ZINF_RETURN_IF_ERROR(options_.comm
+                             ->AllGather(&ss, partial_sum_squares_.data(), 1, comm::DType::kF64)
+                             .Wait());
+    ss = 0;
+    for (double p : partial_sum_squares_) ss += p;
+    finite = std::isfinite(ss);
+  }
   grad_sum_squares_ = ss;
   return finite;
+}
+
+Status LayerExecutor::GatherParam16(uint32_t unit, const void* chunk16) {
+  const Chunk c = ChunkOf(unit);
+  uint16_t* own = gather16_.data() + c.lo;  // lo = rank * per (every chunk is non-empty)
+  if (chunk16 != own) std::memcpy(own, chunk16, 2 * c.len);
+  const auto t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(
+      options_.comm->AllGather(own, gather16_.data(), c.per, comm::DType::kBf16).Wait()
+          .WithContext(fmt::format("all-gathering the new weights of {}", dims_.UnitName(unit))));
+  stats_.comm_seconds += Since(t0);
+  return rt_.tiers->WriteHome(p16_[unit], gather16_.data());
+}
+
+Status LayerExecutor::StepChunk(uint32_t u, const kernels::AdamHyper& hyper,
+                                offload::OptimizerStepStats* st) {
+  offload::TierManager& tm = *rt_.tiers;
+  const Chunk c = ChunkOf(u);
+  // The reduce-scattered gradient of this rank's chunk, in the unit's gradient copy.
+  ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[u], Tier::kHost));
+  auto g = lease.Wait();
+  if (!g.ok()) {
+    tm.Release(std::move(lease), false).IgnoreError();
+    return g.status();
+  }
+  const float* grad = static_cast<const float*>(*g) + c.lo;
+  Status s;
+  if (pipeline_ != nullptr) {
+    moments_zero_at_home_ = false;
+    const uint32_t one_unit[] = {u};
+    auto step_units = StepUnits(one_unit);
+    if (!step_units.ok()) {
+      tm.Release(std::move(lease), false).IgnoreError();
+      return step_units.status();
+    }
+    (*step_units)[0].grad = grad;
+    (*step_units)[0].grad_shard.reset();
+    (*step_units)[0].param16_to_caller = true;
+    offload::StepHashing hashing;
+    PrepareHashing(one_unit, &hashing);
+    // The chunk's new 16-bit weights, kept for the gather (the pipeline writes none home).
+    offload::OptimizerPipeline::UpdatedFn keep = [&](size_t, const void* p16) {
+      std::memcpy(gather16_.data() + c.lo, p16, 2 * c.len);
+    };
+    auto one = pipeline_->Step(*step_units, hyper, nullptr, &keep, &hashing);
+    s = one.status();
+    if (s.ok()) {
+      StepDone(one_unit, hashing);
+      st->units += one->units;
+      st->adam_seconds += one->adam_seconds;
+      st->read_wait_seconds += one->read_wait_seconds;
+      st->bytes_read += one->bytes_read;
+      st->bytes_written += one->bytes_written;
+      stats_.optimizer_bytes_read += one->bytes_read;
+      stats_.optimizer_bytes_written += one->bytes_written;
+    }
+  } else {
+    kernels::AdamBuffers b{master_[u].data(), grad, kernels::DType::kF32, exp_avg_[u].data(),
+                           exp_avg_sq_[u].data(), kernels::DType::kF32,
+                           gather16_.data() + c.lo, options_.param16_type, c.len};
+    auto a0 = Clock::now();
+    s = kernels::AdamStep(hyper, b, options_.adam).status();
+    st->adam_seconds += Since(a0);
+    hashes_known_[u] = 0;
+    if (s.ok()) ++st->units;
+  }
+  ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
+  ZINF_RETURN_IF_ERROR(s);
+  return GatherParam16(u, gather16_.data() + c.lo);
 }
 
 }  // namespace zinf::train

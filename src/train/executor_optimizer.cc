@@ -47,7 +47,10 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
   ZINF_RETURN_IF_ERROR(WaitStateHold());  // a checkpoint may still be writing the arrays
   if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
   const uint64_t n = dims_.UnitParams(unit);
-  NoteWeightsSet(unit, master);  // before the slab (which master may be) is reused
+  // The state holds this rank's chunk of the unit (all of it but with ZeRO-1).
+  const Chunk c = ChunkOf(unit);
+  const float* mine = master + c.lo;
+  NoteWeightsSet(unit, mine);  // before the slab (which master may be) is reused
   uint16_t* p16 = p16_staging_.data();
   if (options_.optimizer_on_nvme) {
     // Everything goes through the pipeline's first slab (idle between steps): the 16-bit copy
@@ -57,17 +60,19 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
     // A checkpoint's extents stay untouched: the other generation takes the new state.
     ZINF_ASSIGN_OR_RETURN(const bool switched, TakeUnprotectedGeneration(unit));
-    ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kMasterState), master, 4 * n));
+    ZINF_RETURN_IF_ERROR(
+        WriteNvme(StateExtent(unit, offload::kMasterState), mine, 4 * c.len));
     // A new swap file reads as zeros (io/swap_file.h): the moments need writing only once an
     // optimizer step has written them.
     if (!moments_zero_at_home_ || switched) {
-      std::memset(slab, 0, 4 * n);
-      ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kExpAvgState), slab, 4 * n));
-      ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kExpAvgSqState), slab, 4 * n));
+      std::memset(slab, 0, 4 * c.len);
+      ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kExpAvgState), slab, 4 * c.len));
+      ZINF_RETURN_IF_ERROR(
+          WriteNvme(StateExtent(unit, offload::kExpAvgSqState), slab, 4 * c.len));
     }
   } else {
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
-    if (master != master_[unit].data()) std::memcpy(master_[unit].data(), master, 4 * n);
+    if (mine != master_[unit].data()) std::memcpy(master_[unit].data(), mine, 4 * c.len);
     std::fill(exp_avg_[unit].begin(), exp_avg_[unit].end(), 0.0f);
     std::fill(exp_avg_sq_[unit].begin(), exp_avg_sq_[unit].end(), 0.0f);
   }
@@ -78,18 +83,38 @@ Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
   const uint64_t n = dims_.UnitParams(unit);
-  if (options_.optimizer_on_nvme) {
-    return ReadNvme(StateExtent(unit, offload::kMasterState), master, 4 * n);
+  if (!partitioned_) {
+    if (options_.optimizer_on_nvme) {
+      return ReadNvme(StateExtent(unit, offload::kMasterState), master, 4 * n);
+    }
+    std::memcpy(master, master_[unit].data(), 4 * n);
+    return Status::Ok();
   }
-  std::memcpy(master, master_[unit].data(), 4 * n);
+  // ZeRO-1: every rank's chunk, all-gathered (a collective: every rank calls this).
+  const Chunk c = ChunkOf(unit);
+  std::vector<float> all(c.per * static_cast<uint64_t>(options_.comm->world()));
+  float* own = all.data() + c.lo;
+  if (options_.optimizer_on_nvme) {
+    ZINF_RETURN_IF_ERROR(ReadNvme(StateExtent(unit, offload::kMasterState), own, 4 * c.len));
+  } else {
+    std::memcpy(own, master_[unit].data(), 4 * c.len);
+  }
+  ZINF_RETURN_IF_ERROR(
+      options_.comm->AllGather(own, all.data(), c.per, comm::DType::kF32).Wait());
+  std::memcpy(master, all.data(), 4 * n);
   return Status::Ok();
 }
 
 Status LayerExecutor::InitWeights(uint64_t seed) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  // ZeRO-1 keeps a chunk of each unit in memory: the whole unit is generated in a scratch
+  // buffer of one unit.
+  std::vector<float> scratch(partitioned_ && !options_.optimizer_on_nvme ? dims_.MaxUnitParams()
+                                                                         : 0);
   for (uint32_t u = 0; u < dims_.units(); ++u) {
     // Generated where SetUnitWeights reads it from: no buffer outside the budgets.
     float* w = options_.optimizer_on_nvme ? reinterpret_cast<float*>(BounceBuffer())
+               : partitioned_             ? scratch.data()
                                           : master_[u].data();
     InitUnit(dims_, u, seed, w);
     ZINF_RETURN_IF_ERROR(SetUnitWeights(u, w));
@@ -202,6 +227,18 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
   offload::OptimizerStepStats st;
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   ZINF_RETURN_IF_ERROR(WaitStateHold());
+  if (partitioned_) {
+    // ZeRO-1: each unit's chunk, then the gather of its new 16-bit weights, in unit order on
+    // every rank.
+    for (uint32_t u = 0; u < dims_.units(); ++u) {
+      ZINF_RETURN_IF_ERROR(StepChunk(u, hyper, &st));
+      ZINF_RETURN_IF_ERROR(tm.Discard(grad_[u]));
+    }
+    st.seconds = Since(t0);
+    stats_.optimizer_seconds += st.seconds;
+    stats_.adam_seconds += st.adam_seconds;
+    return st;
+  }
   if (pipeline_ != nullptr && options_.async_optimizer) {
     // All units through the pipeline, on its own thread, under the next forward: each unit's
     // new param16 is usable once its writes completed (the callback marks it; stale copies of

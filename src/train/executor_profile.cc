@@ -111,7 +111,7 @@ Result<ProfileBounds> LayerExecutor::MeasureBounds(const int32_t* tokens, const 
   for (uint32_t u = 0; u < d.units(); ++u) {
     kernels::AdamBuffers ab{p.data(), grads, GradType(), m.data(), v.data(),
                             kernels::DType::kF32, p16.data(), options_.param16_type,
-                            d.UnitParams(u)};
+                            StateElems(u)};
     ZINF_RETURN_IF_ERROR(kernels::AdamStep(hyper, ab, options_.adam).status());
   }
   b.adam_seconds = Since(a0);

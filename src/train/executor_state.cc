@@ -98,7 +98,7 @@ Status LayerExecutor::ProtectCheckpoint(uint64_t id, const std::vector<UnitState
 }
 
 void LayerExecutor::NoteWeightsSet(uint32_t unit, const float* master) {
-  const uint64_t n = dims_.UnitParams(unit);
+  const uint64_t n = StateElems(unit);  // master: the state's part of the unit
   if (!options_.optimizer_on_nvme) {
     hashes_known_[unit] = 0;  // memory is hashed when a checkpoint writes it
     return;
@@ -109,7 +109,7 @@ void LayerExecutor::NoteWeightsSet(uint32_t unit, const float* master) {
 }
 
 Status LayerExecutor::ReadStateRole(uint32_t unit, int role, uint8_t* dst) {
-  const uint64_t n = dims_.UnitParams(unit);
+  const uint64_t n = StateElems(unit);
   const offload::Extent& e = StateExtent(unit, role);
   return rt_.swap->engine().Read(rt_.swap->file(), e.offset, dst, rt_.swap->Padded(4 * n));
 }

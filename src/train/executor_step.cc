@@ -111,6 +111,10 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
                                                         float accumulate_scale, bool first,
                                                         bool last,
                                                         const kernels::AdamHyper* overlap) {
+  if (overlap != nullptr && partitioned_) {
+    return InvalidArgument("ForwardBackward: the optimizer does not overlap backward with a "
+                           "partitioned optimizer state (ZeRO-1) yet");
+  }
   if (overlap != nullptr && !last) {
     return InvalidArgument("ForwardBackward: the optimizer overlaps only the last micro-batch");
   }

@@ -22,12 +22,19 @@ Result<Ranks> JoinRanks(const Config& c) {
   Ranks r;
   ZINF_ASSIGN_OR_RETURN(r.env, comm::ReadWorldEnv());
   if (r.env.world == 1) return r;
-  if (c.zero.stage != 0) {
+  if (c.zero.stage > 1) {
     return Unimplemented(fmt::format(
-        "{}: zero_optimization.stage {} across {} ranks is not implemented yet: partitioning the "
-        "optimizer state, gradients and parameters over ranks (ZeRO-1/2/3) comes next; stage 0 "
-        "(the state replicated on every rank, gradients all-reduced) runs across ranks today",
+        "{}: zero_optimization.stage {} across {} ranks is not implemented yet: partitioning "
+        "the gradients (ZeRO-2) and the parameters (ZeRO-3) over ranks comes next; stage 0 (the "
+        "state replicated, gradients all-reduced) and stage 1 (the optimizer state partitioned, "
+        "gradients reduce-scattered, new weights all-gathered) run across ranks today",
         c.source, c.zero.stage, r.env.world));
+  }
+  if (c.zero.stage == 1 && c.zinf.overlap_adam) {
+    return Unimplemented(fmt::format(
+        "{}: zinf.overlap_adam with zero_optimization.stage 1 across ranks is not implemented "
+        "yet (the partitioned optimizer steps after backward); leave overlap_adam off or use "
+        "stage 0", c.source));
   }
   if (!c.zinf.checkpoint.dir.empty() || !c.zinf.checkpoint.resume.empty()) {
     return Unimplemented(fmt::format(

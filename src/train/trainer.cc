@@ -182,6 +182,7 @@ std::string TrainSummary::ToJson() const {
     j["grad_comm_sent_bytes_per_step"] = grad_comm_sent_bytes_per_step;
     j["comm_seconds_per_step"] = comm_seconds;
   }
+  j["optimizer_state_bytes"] = optimizer_state_bytes;
   j["compute_seconds_per_step"] = compute_seconds;
   j["stall_seconds_per_step"] = stall_seconds;
   j["optimizer_wait_seconds_per_step"] = optimizer_wait_seconds;
@@ -288,6 +289,9 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                         StateGenerations(c, resume_from ? &*resume_from : nullptr));
   eo.verify_state_reads = ck.verify_state_reads;
   eo.comm = ranks.comm.get();
+  // ZeRO-1 across ranks: the optimizer state partitioned, stepped after backward.
+  eo.partition_optimizer = ranks.world() > 1 && c.zero.stage == 1;
+  if (eo.partition_optimizer) eo.async_optimizer = false;
   bool swap_in_checkpoint = false;
   if (resume_from) {
     for (const auto& f : resume_from->files) swap_in_checkpoint |= f.kind == "swap";
@@ -617,6 +621,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     sum.optimizer_seconds = es.optimizer_seconds / n;
   }
   sum.pinned_budget_bytes = rt->pool->budget_bytes();
+  sum.optimizer_state_bytes = 12 * ex->StateParams();
 
   if (opt.profile && sum.steps > 0 && !sum.stopped) {
     ZINF_ASSIGN_OR_RETURN(ProfileBounds b, ex->MeasureBounds(x.data(), y.data(), gas));
@@ -641,9 +646,12 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     sum.comm_seconds = es_total.comm_seconds / n;
     sum.transport = ranks.comm->Describe();
   }
-  // The state is the same on every rank (stage 0): rank 0 writes what the run leaves.
+  // Rank 0 writes what the run leaves; with the optimizer state partitioned every rank takes
+  // part in gathering the weights it saves.
+  if (!opt.save_path.empty() && (lead || eo.partition_optimizer)) {
+    ZINF_RETURN_IF_ERROR(SaveWeights(*ex, opt.save_path, lead));
+  }
   if (!lead) return sum;
-  if (!opt.save_path.empty()) ZINF_RETURN_IF_ERROR(SaveWeights(*ex, opt.save_path));
   if (!trace_path.empty()) ZINF_RETURN_IF_ERROR(tracer.Write(trace_path));
   if (!opt.summary_path.empty()) {
     std::ofstream out(opt.summary_path, std::ios::trunc);

@@ -56,7 +56,7 @@ std::string ModelText(const GptDims& d) {
 
 }  // namespace
 
-Status SaveWeights(LayerExecutor& executor, const std::string& path) {
+Status SaveWeights(LayerExecutor& executor, const std::string& path, bool write) {
   const GptDims& d = executor.dims();
   std::vector<std::vector<float>> units(d.units());
   std::vector<TensorToWrite> tensors;
@@ -68,6 +68,7 @@ Status SaveWeights(LayerExecutor& executor, const std::string& path) {
       tensors.push_back({t.name, Dtype::kF32, shape, units[u].data() + t.offset});
     }
   }
+  if (!write) return Status::Ok();
   return WriteSafetensors(path, tensors, WeightsMetadata(d));
 }
 

@@ -37,7 +37,9 @@ struct RecordedModel {
   bool empty() const { return !layers && !width && !heads && !seq_len && !vocab; }
 };
 
-Status SaveWeights(LayerExecutor& executor, const std::string& path);
+// write = false: the weights are gathered (with a partitioned optimizer state every rank must
+// take part, executor.h) but no file is written (the ranks but rank 0).
+Status SaveWeights(LayerExecutor& executor, const std::string& path, bool write = true);
 // The metadata SaveWeights writes: format, writer, and the model sizes.
 SafetensorsMetadata WeightsMetadata(const GptDims& dims);
 Result<RecordedModel> ReadRecordedModel(const std::string& path);
