@@ -3,9 +3,11 @@
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; plus ZINF_RUN_ID), as torchrun does
 // (Debian's torchrun does not start). Each line a rank prints is passed on prefixed with
 // "[rank R] " (stdout to stdout, stderr to stderr). SIGINT, SIGTERM and SIGHUP are forwarded to
-// every rank. When a rank fails (a non-zero exit or a signal) the others are sent SIGTERM, then
-// SIGKILL after --grace seconds, and launch exits 1 naming the rank, how it ended and the last
-// line it printed. Exit 0 when every rank exits 0; 2 on bad usage.
+// every rank (each one received). When a rank fails (a non-zero exit or a signal) the others are
+// sent SIGTERM, then SIGKILL after --grace seconds, and launch exits 1 naming the rank, how it
+// ended and the last line it printed. After a forwarded signal the ranks end as they choose:
+// launch exits 128 + the signal if one did not exit 0. Exit 0 when every rank exits 0; 2 on bad
+// usage.
 // Multi-node: the same command on every node with --nnodes, its own --node-rank, the same
 // --master-addr (node 0's address), --master-port and --run-id.
 #include <fcntl.h>
@@ -37,8 +39,12 @@ struct LaunchArgs {
   std::vector<std::string> command;
 };
 
-volatile sig_atomic_t g_signal = 0;
-void OnSignal(int sig) { g_signal = sig; }
+volatile sig_atomic_t g_signal = 0;   // the last signal received
+volatile sig_atomic_t g_signals = 0;  // how many were received
+void OnSignal(int sig) {
+  g_signal = sig;
+  g_signals = g_signals + 1;
+}
 
 struct Rank {
   int rank = 0, local = 0;
@@ -81,7 +87,16 @@ void FlushPart(Rank& r, std::string& part, FILE* to) {
 pid_t Spawn(const LaunchArgs& a, Rank& r, const std::string& run_id) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return -1;
-  if (::pipe2(err, O_CLOEXEC) != 0) return -1;
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return -1;
+  }
+  // Signals stay blocked across the fork: one arriving before the child resets its handlers
+  // would run the launcher's handler in the child and be lost.
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(out[1], STDOUT_FILENO);
@@ -107,6 +122,7 @@ pid_t Spawn(const LaunchArgs& a, Rank& r, const std::string& run_id) {
     fmt::print(stderr, "zinf launch: cannot run '{}': {}\n", a.command[0], std::strerror(errno));
     ::_exit(127);
   }
+  sigprocmask(SIG_SETMASK, &old, nullptr);
   ::close(out[1]);
   ::close(err[1]);
   if (pid < 0) {
@@ -142,15 +158,19 @@ int Launch(const LaunchArgs& a) {
     r.pid = Spawn(a, r, run_id);
     if (r.pid < 0) {
       fmt::print(stderr, "zinf launch: cannot start rank {}: {}\n", r.rank, std::strerror(errno));
-      for (auto& o : ranks)
-        if (o.pid > 0) ::kill(o.pid, SIGKILL);
+      for (auto& o : ranks) {
+        if (o.pid <= 0) continue;
+        ::kill(o.pid, SIGKILL);
+        ::waitpid(o.pid, nullptr, 0);
+      }
       return 1;
     }
   }
 
   int failed = -1;  // index of the first rank that failed
   bool terminating = false;
-  int forwarded = 0;
+  int forwarded = 0;   // signals passed on so far
+  int interrupt = 0;   // the user's signal, once one was passed on
   std::chrono::steady_clock::time_point kill_at{};
   for (;;) {
     // Relay output.
@@ -166,7 +186,8 @@ int Launch(const LaunchArgs& a) {
         who.push_back({i, true});
       }
     }
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
+    // Every pipe closed, ranks still running: wait all the same (no busy loop).
+    ::poll(fds.empty() ? nullptr : fds.data(), fds.size(), 100);
     for (size_t k = 0; k < fds.size(); ++k) {
       if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       Rank& r = ranks[who[k].first];
@@ -181,13 +202,15 @@ int Launch(const LaunchArgs& a) {
         (is_err ? r.err_fd : r.out_fd) = -1;
       }
     }
-    // Forward signals.
-    if (g_signal != 0 && g_signal != forwarded) {
-      forwarded = g_signal;
+    // Forward signals, each one received (a second Ctrl-C too). Ranks ending after one are
+    // not failures: the user asked.
+    if (g_signals != forwarded) {
+      forwarded = g_signals;
+      interrupt = g_signal;
       fmt::print(stderr, "zinf launch: got signal {} ({}), passing it to every rank\n",
-                 forwarded, strsignal(forwarded));
+                 interrupt, strsignal(interrupt));
       for (auto& r : ranks)
-        if (!r.exited) ::kill(r.pid, forwarded);
+        if (!r.exited) ::kill(r.pid, interrupt);
     }
     // Reap.
     bool all_done = true;
@@ -200,7 +223,7 @@ int Launch(const LaunchArgs& a) {
         r.exited = true;
         r.status = status;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && failed < 0 && !terminating) failed = int(i);
+        if (!ok && failed < 0 && !terminating && interrupt == 0) failed = int(i);
       } else {
         all_done = false;
       }
@@ -246,8 +269,11 @@ int Launch(const LaunchArgs& a) {
   }
   for (const auto& r : ranks) {
     if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) {
-      fmt::print(stderr, "zinf launch: rank {} {}\n", r.rank, HowEnded(r.status));
-      return 1;
+      fmt::print(stderr, "zinf launch: rank {} {}{}\n", r.rank, HowEnded(r.status),
+                 interrupt != 0 ? fmt::format(" after signal {} ({})", interrupt,
+                                              strsignal(interrupt))
+                                : "");
+      return interrupt != 0 ? 128 + interrupt : 1;
     }
   }
   return 0;

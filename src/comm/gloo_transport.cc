@@ -3,7 +3,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <stdexcept>
 #include <vector>
 
@@ -89,59 +93,95 @@ class GlooTransport final : public Transport {
     return Status::Ok();
   }
 
-  // Waits in slices of a second: Gloo's TCP pairs do not fail a pending receive when the peer
-  // dies, so between slices the store is asked whether the peer's connection to it closed.
+  // Waits for each transfer with the time left. Gloo's TCP pairs do not fail a pending receive
+  // when the peer's process dies, and a Gloo wait that times out closes every pair: so the wait
+  // is never cut into slices; a watchdog thread asks the store every second whether the peer
+  // being waited for closed its connection to it (its process ended), and aborts the wait if so.
   Status Wait(uint64_t tag, Ms timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     auto node = pending_.extract(tag);
     if (node.empty()) return Status::Ok();
     Pending& p = node.mapped();
-    int peer = -1;
-    const char* what = "";
     auto wait_one = [&](int who, gloo::transport::UnboundBuffer& b, bool recv) -> Status {
-      peer = who;
-      what = recv ? "receiving from" : "sending to";
-      for (;;) {
-        const Ms left = Left(deadline);
-        const Ms slice = std::min(left, Ms(1000));
-        try {
-          const bool done = recv ? b.waitRecv(nullptr, slice) : b.waitSend(nullptr, slice);
-          if (!done)
-            return Aborted(fmt::format("rank {}: the transfer with rank {} was aborted", rank_,
-                                       who));
-          return Status::Ok();
-        } catch (const std::exception& e) {
-          const bool timed_out = std::string(e.what()).find("imed out") != std::string::npos;
-          if (!timed_out || slice >= left) return Failed(who, what, e, timeout);
-        }
-        ZINF_RETURN_IF_ERROR(CheckAlive(who));
+      const char* what = recv ? "receiving from" : "sending to";
+      {
+        std::lock_guard<std::mutex> lock(watch_mu_);
+        watched_ = &b;
+        watched_recv_ = recv;
+        watched_peer_ = who;
       }
+      bool done = false;
+      Status failed;
+      try {
+        done = recv ? b.waitRecv(nullptr, Left(deadline)) : b.waitSend(nullptr, Left(deadline));
+      } catch (const std::exception& e) {
+        failed = Failed(who, what, e, timeout);
+      }
+      int dead = -1;
+      {
+        std::lock_guard<std::mutex> lock(watch_mu_);
+        watched_ = nullptr;
+        dead = std::exchange(dead_peer_, -1);
+      }
+      if (!failed.ok()) return failed;
+      if (done) return Status::Ok();
+      if (dead >= 0)
+        return Status(StatusCode::kUnavailable,
+                      fmt::format("rank {}: the connection with rank {} failed while {} it: rank "
+                                  "{} exited or died (its store connection closed)",
+                                  rank_, who, what, who));
+      return Aborted(fmt::format("rank {}: the transfer with rank {} was aborted", rank_, who));
     };
     for (auto& [from, buf] : p.recvs) ZINF_RETURN_IF_ERROR(wait_one(from, *buf, true));
     for (auto& [to, buf] : p.sends) ZINF_RETURN_IF_ERROR(wait_one(to, *buf, false));
     return Status::Ok();
   }
 
-  // Unavailable when the store says `who`'s process closed its connection (or the store, on
-  // rank 0, is gone itself).
-  Status CheckAlive(int who) {
-    if (client_ == nullptr) return Status::Ok();  // the file store cannot tell
-    auto gone = client_->Has(fmt::format("{}/rank/{}/closed", prefix_, who));
-    if (!gone.ok())
-      return Status(StatusCode::kUnavailable,
-                    fmt::format("rank {}: waiting for rank {}, and the rendezvous store on rank 0 "
-                                "is gone too (rank 0 dead?): {}",
-                                rank_, who, gone.status().message()));
-    if (*gone)
-      return Status(StatusCode::kUnavailable,
-                    fmt::format("rank {}: the connection with rank {} failed while waiting for "
-                                "it: rank {} exited or died (its store connection closed)",
-                                rank_, who, who));
-    return Status::Ok();
+  // The watchdog: every second, whether the rank being waited for has closed its store
+  // connection (or rank 0's store is gone): then the wait is aborted (it returns false).
+  void StartWatchdog() {
+    if (client_ == nullptr) return;  // the file store cannot tell
+    watchdog_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(watch_mu_);
+      while (!stopping_) {
+        watch_cv_.wait_for(lock, Ms(1000), [&] { return stopping_; });
+        if (stopping_ || watched_ == nullptr) continue;
+        const int peer = watched_peer_;
+        lock.unlock();
+        auto gone = client_->Has(fmt::format("{}/rank/{}/closed", prefix_, peer));
+        const bool dead = !gone.ok() || *gone;  // no store: rank 0 is gone
+        lock.lock();
+        if (dead && watched_ != nullptr && watched_peer_ == peer) {
+          dead_peer_ = peer;
+          if (watched_recv_) {
+            watched_->abortWaitRecv();
+          } else {
+            watched_->abortWaitSend();
+          }
+        }
+      }
+    });
   }
 
-  // Gloo's pairs forget an unbound buffer when it is destroyed: nothing lands after this.
-  void Cancel() override { pending_.clear(); }
+  ~GlooTransport() override {
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      stopping_ = true;
+    }
+    watch_cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    pending_.clear();
+  }
+
+  // The pairs are closed first: a peer's data for a step still posted then never arrives at a
+  // receive whose buffer is gone (Gloo would abort the process), and nothing lands after this.
+  void Cancel() override {
+    try {
+      context_->closeConnections();
+    } catch (const std::exception&) {
+    }
+    pending_.clear();
+  }
 
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<TcpStoreClient> client_;
@@ -151,6 +191,16 @@ class GlooTransport final : public Transport {
   int rank_ = 0, world_ = 1;
   std::string describe_;
   std::string prefix_;  // the job's keys in the store
+
+  // The watchdog's view of the wait in progress.
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  gloo::transport::UnboundBuffer* watched_ = nullptr;  // GUARDED_BY(watch_mu_)
+  bool watched_recv_ = false;                          // GUARDED_BY(watch_mu_)
+  int watched_peer_ = -1;                              // GUARDED_BY(watch_mu_)
+  int dead_peer_ = -1;                                 // GUARDED_BY(watch_mu_)
+  bool stopping_ = false;                              // GUARDED_BY(watch_mu_)
+  std::thread watchdog_;
 
  private:
   using Buf = std::unique_ptr<gloo::transport::UnboundBuffer>;
@@ -228,6 +278,7 @@ Status Rendezvous(const WorldEnv& env, Ms timeout, GlooTransport& t) {
   t.rank_ = env.rank;
   t.world_ = env.world;
   t.prefix_ = prefix;
+  t.StartWatchdog();
   t.describe_ = fmt::format("gloo tcp {} ({} ranks)", attr.hostname, env.world);
   return Status::Ok();
 }

@@ -87,6 +87,16 @@ Work P2PCommunicator::ReduceScatter(const void* send, DType send_type, void* rec
         "i64)", DTypeName(send_type), DTypeName(recv_type))));
   if (count > 0 && (send == nullptr || recv == nullptr))
     return Work::Finished(InvalidArgument("reduce_scatter: null buffer"));
+  // In place only as the contract says: recv exactly this rank's chunk of send, equal types.
+  const auto* s0 = static_cast<const uint8_t*>(send);
+  const auto* r0 = static_cast<const uint8_t*>(recv);
+  const size_t in_b = DTypeBytes(send_type), out_b = DTypeBytes(recv_type);
+  const bool overlap = count > 0 && r0 < s0 + size_t(world_) * count * in_b &&
+                       s0 < r0 + count * out_b;
+  if (overlap && !(send_type == recv_type && r0 == s0 + size_t(rank_) * count * in_b))
+    return Work::Finished(InvalidArgument(
+        "reduce_scatter: the receive buffer overlaps the send buffer other than as this rank's "
+        "own chunk with equal types"));
   return Issue({.kind = OpKind::kReduceScatter, .send = send, .recv = recv, .count = count,
                 .send_type = send_type, .recv_type = recv_type});
 }
@@ -99,9 +109,13 @@ Work P2PCommunicator::AllReduce(const void* send, DType send_type, void* recv, D
         DTypeName(send_type), DTypeName(recv_type))));
   if (count > 0 && (send == nullptr || recv == nullptr))
     return Work::Finished(InvalidArgument("all_reduce: null buffer"));
-  if (send == recv && send_type != recv_type)
-    return Work::Finished(InvalidArgument("all_reduce: in place needs equal send and receive "
-                                          "types"));
+  const auto* s0 = static_cast<const uint8_t*>(send);
+  const auto* r0 = static_cast<const uint8_t*>(recv);
+  const bool overlap = count > 0 && r0 < s0 + count * DTypeBytes(send_type) &&
+                       s0 < r0 + count * DTypeBytes(recv_type);
+  if (overlap && !(send == recv && send_type == recv_type))
+    return Work::Finished(InvalidArgument("all_reduce: in place needs the same buffer and equal "
+                                          "send and receive types"));
   return Issue({.kind = OpKind::kAllReduce, .send = send, .recv = recv, .count = count,
                 .send_type = send_type, .recv_type = recv_type});
 }

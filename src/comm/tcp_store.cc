@@ -244,6 +244,12 @@ std::string TcpStoreClient::address() const { return fmt::format("{}:{}", host_,
 Status TcpStoreClient::Request(uint8_t op, const std::string& key,
                                const std::vector<uint8_t>* value, uint32_t timeout_ms,
                                uint8_t* reply, std::vector<uint8_t>* out) {
+  // A store that stops answering without closing (rank 0 stopped, a partition) fails the request
+  // instead of hanging: the reply may take the Get's own wait plus a margin.
+  const uint64_t limit_ms = uint64_t{timeout_ms} + 30000;
+  timeval tv{static_cast<time_t>(limit_ms / 1000), static_cast<suseconds_t>(limit_ms % 1000 * 1000)};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   const uint32_t klen = uint32_t(key.size());
   bool ok = WriteAll(fd_, &op, 1) && WriteAll(fd_, &klen, 4) && WriteAll(fd_, key.data(), klen);
   if (ok && value != nullptr) {
@@ -262,8 +268,8 @@ Status TcpStoreClient::Request(uint8_t op, const std::string& key,
   }
   if (!ok)
     return Status(StatusCode::kUnavailable,
-                  fmt::format("the rendezvous store at {} closed the connection (rank 0 gone?) "
-                              "during a request for '{}'",
+                  fmt::format("the rendezvous store at {} closed the connection or stopped "
+                              "answering (rank 0 gone?) during a request for '{}'",
                               address(), key));
   return Status::Ok();
 }

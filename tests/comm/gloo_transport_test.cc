@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <unistd.h>
 
 #include "src/comm/gloo_transport.h"
@@ -89,6 +90,24 @@ TEST_P(GlooWorldTest, CollectivesMatchTheLocalTransportBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorldTest, ::testing::Values(2, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
+
+// A rank seconds late is not a dead one: the others wait for it (Gloo's own wait, had it timed
+// out in between, would have closed every pair).
+TEST(GlooTransportTest, ARankSecondsLateIsWaitedFor) {
+  const uint16_t port = FreePort();
+  std::vector<Status> got(2);
+  OnThreads(2, [&](int r) {
+    auto c = Connect(Env(r, 2, port), Quick());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    float x = float(r + 1), y = 0;
+    got[size_t(r)] = (*c)->AllReduce(&x, DType::kF32, &y, DType::kF32, 1).Wait();
+    EXPECT_EQ(y, 3.0f);
+    got[size_t(r)] = (*c)->Barrier().Wait();
+  });
+  EXPECT_TRUE(got[0].ok()) << got[0].ToString();
+  EXPECT_TRUE(got[1].ok()) << got[1].ToString();
+}
 
 TEST(GlooTransportTest, FileStoreRendezvous) {
   char tmpl[] = "/tmp/zinf_gloo_fsXXXXXX";
