@@ -293,10 +293,8 @@ Status P2PCommunicator::ReduceRegions(OpKind kind, const uint8_t* send, DType se
   auto len_at = [&](size_t len, size_t at) { return at < len ? std::min(piece, len - at) : 0; };
   std::vector<SendOp> sends;
   std::vector<RecvOp> recvs;
-  // Own pieces are read where they are, unless `out` overlaps the send buffer (in place): then
-  // they are staged too (the sum writes `out` before it reads every source).
-  const uint8_t* send_end = send + (regions[w - 1].offset + regions[w - 1].length) * in_b;
-  const bool stage_own = out < send_end && out + mine_len * out_b > send;
+  // Own pieces are read where they are, also in place (the sum stores each block after reading
+  // every source of it: reduce.h).
   // Posts piece k's reduction exchange into staging slot k % depth (free: piece k - depth was
   // summed before this is called).
   auto post_reduce = [&](size_t k) -> Status {
@@ -311,8 +309,6 @@ Status P2PCommunicator::ReduceRegions(OpKind kind, const uint8_t* send, DType se
       if (const size_t n = len_at(mine_len, at))
         recvs.push_back({int(p), st + p * stride, n * in_b});
     }
-    if (const size_t n = len_at(mine_len, at); n > 0 && stage_own)
-      std::memcpy(st + r * stride, send + (regions[r].offset + at) * in_b, n * in_b);
     return Post(&kind, base + 2 * k, sends, recvs);
   };
   // The next piece's transfers run while this one is summed, and (all-reduce) each summed piece
@@ -327,7 +323,7 @@ Status P2PCommunicator::ReduceRegions(OpKind kind, const uint8_t* send, DType se
     const uint8_t* st = staging_.data() + (k % depth) * slot;
     if (n > 0) {
       for (size_t p = 0; p < w; ++p)
-        srcs[p] = p == r && !stage_own ? send + (regions[r].offset + at) * in_b : st + p * stride;
+        srcs[p] = p == r ? send + (regions[r].offset + at) * in_b : st + p * stride;
       SumInOrder(send_type, srcs.data(), w, recv_type, out + at * out_b, n);
     }
     if (gather == nullptr) continue;

@@ -86,13 +86,16 @@ void Accumulate(DType src_type, const void* src, DType dst_type, void* dst, size
 void SumInOrder(DType src_type, const void* const* srcs, size_t count, DType dst_type, void* dst,
                 size_t n) {
   const size_t in_b = DTypeBytes(src_type), out_b = DTypeBytes(dst_type);
-  constexpr size_t kBlock = 2048;  // elements: a block of dst stays in L1 across the sources
+  // Each block of dst is summed in a buffer that stays in L1 and then stored: dst may alias any
+  // source (an in-place reduction reads its own values before they are overwritten).
+  constexpr size_t kBlock = 1024;  // elements
+  alignas(64) uint8_t block[kBlock * 8];
   for (size_t at = 0; at < n; at += kBlock) {
     const size_t m = n - at < kBlock ? n - at : kBlock;
-    auto* d = static_cast<uint8_t*>(dst) + at * out_b;
     for (size_t p = 0; p < count; ++p)
-      Accumulate(src_type, static_cast<const uint8_t*>(srcs[p]) + at * in_b, dst_type, d, m,
+      Accumulate(src_type, static_cast<const uint8_t*>(srcs[p]) + at * in_b, dst_type, block, m,
                  p == 0);
+    std::memcpy(static_cast<uint8_t*>(dst) + at * out_b, block, m * out_b);
   }
 }
 

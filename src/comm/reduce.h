@@ -18,8 +18,8 @@ namespace zinf::comm {
 bool ReducePair(DType send, DType recv);
 void Accumulate(DType src_type, const void* src, DType dst_type, void* dst, size_t n, bool first);
 // dst = ((0 + srcs[0]) + srcs[1]) + ... + srcs[count-1], element by element: Accumulate over
-// each source in turn, done in cache-sized blocks (one pass over dst). dst may alias a source
-// only if it is srcs[0].
+// each source in turn, done in cache-sized blocks (one pass over dst). dst may alias any source
+// exactly (the same elements): each block is summed aside before it is stored.
 void SumInOrder(DType src_type, const void* const* srcs, size_t count, DType dst_type, void* dst,
                 size_t n);
 // fp16 bits to fp32, exactly (subnormals, infinities and NaNs included).
