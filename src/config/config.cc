@@ -85,6 +85,21 @@ std::vector<std::string> ValidateLines(const Config& c) {
         "\"nvme\"; expected an integer >= 1 (elements)");
   }
 
+  // FSDP's preset names, and a stage given beside one that disagrees.
+  if (!c.zinf.sharding_strategy.empty()) {
+    const std::string& ss = c.zinf.sharding_strategy;
+    if (ss != "NO_SHARD" && ss != "SHARD_GRAD_OP" && ss != "FULL_SHARD" && ss != "HYBRID_SHARD") {
+      out.push_back(fmt::format("zinf.sharding_strategy: \"{}\"; expected NO_SHARD, "
+                                "SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD (FSDP's names)", ss));
+    } else if (std::find(c.given_keys.begin(), c.given_keys.end(), "zero_optimization.stage") !=
+                   c.given_keys.end() &&
+               c.zero.stage != c.Stage()) {
+      out.push_back(fmt::format(
+          "zinf.sharding_strategy {} means zero_optimization.stage {}, but the stage given is {}; "
+          "give one of them, or both agreeing", ss, c.Stage(), c.zero.stage));
+    }
+  }
+
   // Batch sizes (over c.world_size ranks).
   const TrainConfig& t = c.train;
   const auto& tbs = t.train_batch_size;
@@ -321,6 +336,14 @@ Status Config::Validate() const {
   return Problems(source, lines);
 }
 
+int Config::Stage() const {
+  const std::string& ss = zinf.sharding_strategy;
+  if (ss == "NO_SHARD") return 0;
+  if (ss == "SHARD_GRAD_OP") return 2;
+  if (ss == "FULL_SHARD" || ss == "HYBRID_SHARD") return 3;
+  return zero.stage;
+}
+
 uint64_t Config::MicroBatchSize() const {
   const TrainConfig& t = train;
   if (t.train_micro_batch_size_per_gpu) return *t.train_micro_batch_size_per_gpu;
@@ -455,6 +478,7 @@ nlohmann::ordered_json Config::ToJson() const {
                    {"keep", zinf.checkpoint.keep},
                    {"resume", zinf.checkpoint.resume},
                    {"verify_state_reads", zinf.checkpoint.verify_state_reads}}},
+                 {"sharding_strategy", zinf.sharding_strategy},
                  {"comm",
                   {{"timeout_seconds", zinf.comm.timeout_seconds},
                    {"check_sequence", zinf.comm.check_sequence}}},

@@ -80,8 +80,10 @@ struct OffloadOptimizerConfig {
 
 // `zero_optimization`.
 struct ZeroConfig {
-  // zinf: absent means 3. zinf always partitions and offloads like stage 3; 0, 1 or 2 are
-  // accepted with a warning (unimplemented), anything else is refused.
+  // zinf: absent means 3. One rank works like stage 3 whatever the stage. Across ranks
+  // (zinf launch) 0 replicates the state and all-reduces the gradients and 1 partitions the
+  // optimizer state (src/train/ranks.h); 2 is accepted with a warning (unimplemented) and, like
+  // 3, refused across ranks for now; anything else is refused.
   int stage = 3;
   OffloadParamConfig offload_param;
   OffloadOptimizerConfig offload_optimizer;
@@ -248,6 +250,11 @@ struct ZinfConfig {
   ModelConfig model;
   CheckpointConfig checkpoint;
   CommConfig comm;
+  // FSDP's names for the partitioning across ranks, as presets over zero_optimization.stage:
+  // NO_SHARD (stage 0), SHARD_GRAD_OP (2), FULL_SHARD (3), HYBRID_SHARD (3 within a node,
+  // replicated across nodes). Empty: not given. Giving it with a stage that disagrees is
+  // refused.
+  std::string sharding_strategy;
   bool strict = false;  // refuse unimplemented DeepSpeed keys instead of warning
 };
 
@@ -309,6 +316,8 @@ struct Config {
   // false (DeepSpeed trains in fp32 when both are off; zinf's default is bf16, issue 5).
   Precision precision() const;
   double WarmupMaxLr() const;  // scheduler.warmup_max_lr, or optimizer.lr
+  // zero_optimization.stage, or the stage zinf.sharding_strategy names.
+  int Stage() const;
   // zinf.swap_dir, else offload_optimizer.nvme_path, else offload_param.nvme_path, else "".
   std::string SwapDir() const;
 

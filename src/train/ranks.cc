@@ -22,15 +22,21 @@ Result<Ranks> JoinRanks(const Config& c) {
   Ranks r;
   ZINF_ASSIGN_OR_RETURN(r.env, comm::ReadWorldEnv());
   if (r.env.world == 1) return r;
-  if (c.zero.stage > 1) {
+  const std::string what =
+      c.zinf.sharding_strategy.empty()
+          ? fmt::format("zero_optimization.stage {}", c.Stage())
+          : fmt::format("zinf.sharding_strategy {} (stage {})", c.zinf.sharding_strategy,
+                        c.Stage());
+  if (c.Stage() > 1) {
     return Unimplemented(fmt::format(
-        "{}: zero_optimization.stage {} across {} ranks is not implemented yet: partitioning "
-        "the gradients (ZeRO-2) and the parameters (ZeRO-3) over ranks comes next; stage 0 (the "
-        "state replicated, gradients all-reduced) and stage 1 (the optimizer state partitioned, "
-        "gradients reduce-scattered, new weights all-gathered) run across ranks today",
-        c.source, c.zero.stage, r.env.world));
+        "{}: {} across {} ranks is not implemented yet: partitioning the gradients (ZeRO-2, "
+        "SHARD_GRAD_OP) and the parameters (ZeRO-3, FULL_SHARD, HYBRID_SHARD) over ranks comes "
+        "next; stage 0 (NO_SHARD: the state replicated, gradients all-reduced) and stage 1 (the "
+        "optimizer state partitioned, gradients reduce-scattered, new weights all-gathered) run "
+        "across ranks today",
+        c.source, what, r.env.world));
   }
-  if (c.zero.stage == 1 && c.zinf.overlap_adam) {
+  if (c.Stage() == 1 && c.zinf.overlap_adam) {
     return Unimplemented(fmt::format(
         "{}: zinf.overlap_adam with zero_optimization.stage 1 across ranks is not implemented "
         "yet (the partitioned optimizer steps after backward); leave overlap_adam off or use "

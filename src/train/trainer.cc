@@ -290,7 +290,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   eo.verify_state_reads = ck.verify_state_reads;
   eo.comm = ranks.comm.get();
   // ZeRO-1 across ranks: the optimizer state partitioned, stepped after backward.
-  eo.partition_optimizer = ranks.world() > 1 && c.zero.stage == 1;
+  eo.partition_optimizer = ranks.world() > 1 && c.Stage() == 1;
   if (eo.partition_optimizer) eo.async_optimizer = false;
   bool swap_in_checkpoint = false;
   if (resume_from) {

@@ -89,7 +89,10 @@ std::string Stage0(const TempDir& dir) {
 TEST(TrainRanksCliTest, RanksTrainBitForBitAsOneRank) {
   TempDir dir;
   const std::string f16 = dir / "f16.json";
-  std::ofstream(f16) << R"({"zero_optimization": {"stage": 0}, "fp16": {"enabled": true}})";
+  // FSDP's NO_SHARD is stage 0; the sequence of collectives checked on every one.
+  std::ofstream(f16) << R"({"zinf": {"sharding_strategy": "NO_SHARD",
+                                     "comm": {"check_sequence": true}},
+                            "fp16": {"enabled": true}})";
   struct Case {
     const char* name;
     int world;
@@ -265,6 +268,13 @@ TEST(TrainRanksCliTest, WhatIsNotImplementedAcrossRanksIsRefused) {
   auto r = RunZinf(Launch(2) + Tiny(2) + " --offload cpu", dir.path());  // stage 3 by default
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("zero_optimization.stage 3 across 2 ranks is not implemented yet"),
+            std::string::npos) << r.err;
+  const std::string full = dir / "full.json";
+  std::ofstream(full) << R"({"zinf": {"sharding_strategy": "FULL_SHARD"}})";
+  r = RunZinf(Launch(2) + Tiny(2) + " --config " + full + " --offload cpu", dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("zinf.sharding_strategy FULL_SHARD (stage 3) across 2 ranks is not "
+                       "implemented yet"),
             std::string::npos) << r.err;
   r = RunZinf(Launch(2) + Tiny(2) + Stage1(dir) + " --offload cpu --overlap-adam", dir.path());
   EXPECT_EQ(r.exit_code, 1);

@@ -325,10 +325,39 @@ TEST(ConfigTest, UnimplementedKeysThatAskForNothingAreSilent) {
   EXPECT_EQ(log.Count("not implemented"), 0u);
 }
 
-TEST(ConfigTest, ZeroStageOtherThanThreeIsUnimplemented) {
+TEST(ConfigTest, FsdpShardingStrategiesArePresetsOverTheStage) {
+  struct Case {
+    const char* strategy;
+    int stage;
+  } cases[] = {{"NO_SHARD", 0}, {"SHARD_GRAD_OP", 2}, {"FULL_SHARD", 3}, {"HYBRID_SHARD", 3}};
+  for (const Case& c : cases) {
+    auto r = Load(fmt::format(R"({{"zinf": {{"sharding_strategy": "{}"}}}})", c.strategy));
+    ASSERT_TRUE(r.ok()) << c.strategy << r.status().ToString();
+    EXPECT_EQ(r->Stage(), c.stage) << c.strategy;
+  }
+  auto agree = Load(R"({"zero_optimization": {"stage": 0}, "zinf": {"sharding_strategy": "NO_SHARD"}})");
+  ASSERT_TRUE(agree.ok()) << agree.status().ToString();
+  EXPECT_THAT(Refusal(R"({"zero_optimization": {"stage": 1},
+                          "zinf": {"sharding_strategy": "NO_SHARD"}})"),
+              HasSubstr("zinf.sharding_strategy NO_SHARD means zero_optimization.stage 0, but "
+                        "the stage given is 1; give one of them, or both agreeing"));
+  EXPECT_THAT(Refusal(R"({"zinf": {"sharding_strategy": "SHARD_EVERYTHING"}})"),
+              HasSubstr("zinf.sharding_strategy: \"SHARD_EVERYTHING\"; expected NO_SHARD, "
+                        "SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD"));
+  EXPECT_EQ(Config::Defaults().Stage(), 3);
+}
+
+TEST(ConfigTest, ZeroStageTwoIsUnimplemented) {
   auto r = Load(R"({"zero_optimization": {"stage": 2}})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->unimplemented, (std::vector<std::string>{"zero_optimization.stage=2"}));
+  // Stages 0 and 1 run across ranks (src/train/ranks.h).
+  for (const char* doc : {R"({"zero_optimization": {"stage": 0}})",
+                          R"({"zero_optimization": {"stage": 1}})"}) {
+    auto ok = Load(doc, /*strict=*/true);
+    ASSERT_TRUE(ok.ok()) << doc << ok.status().ToString();
+    EXPECT_TRUE(ok->unimplemented.empty()) << doc;
+  }
   EXPECT_THAT(Refusal(R"({"zero_optimization": {"stage": 4}})"),
               HasSubstr("zero_optimization.stage: 4 is out of range; expected an integer from "
                         "0 to 3"));
