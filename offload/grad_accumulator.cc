@@ -52,6 +52,15 @@ Status GradAccumulator::Validate(const HandOver& h, bool* store16) const {
                                        kernels::DTypeName(h.type), options_.device_grad_bytes));
   }
   const uint64_t shard_bytes = tm_.spec(h.shard).bytes;
+  if (h.reduce != nullptr) {
+    *store16 = false;
+    if (h.out_n == 0 || shard_bytes < 4 * h.out_n || h.scale != 1.0f) {
+      return InvalidArgument(fmt::format(
+          "gradient shard {} holds {} bytes: a reduced hand-over needs 4 * {} and scale 1 (got "
+          "{})", tm_.spec(h.shard).name, shard_bytes, h.out_n, h.scale));
+    }
+    return Status::Ok();
+  }
   *store16 = h.type != kernels::DType::kF32 && shard_bytes == kernels::DTypeSize(h.type) * h.n;
   if (*store16) {
     if (!h.first || h.scale != 1.0f) {
@@ -160,11 +169,26 @@ Status GradAccumulator::Process(Job& job, double* sum_squares, bool* finite) {
     return !acc.ok() ? acc.status() : copied;
   }
   float* a = static_cast<float*>(*acc);
-  if (h.first) std::memset(a, 0, 4 * n);
-  auto ok = kernels::AccumulateGrad(a, job.dst, h.type, n, h.scale);
+  // ZeRO-2: the shard accumulates this rank's chunk of the sum over ranks.
+  const void* src = job.dst;
+  kernels::DType src_type = h.type;
+  size_t m = n;
+  if (h.reduce != nullptr) {
+    reduced_.resize(h.out_n);
+    Status r = (*h.reduce)(job.dst, h.type, n, reduced_.data(), h.out_n);
+    if (!r.ok()) {
+      tm_.Release(std::move(lease), false).IgnoreError();
+      return r;
+    }
+    src = reduced_.data();
+    src_type = kernels::DType::kF32;
+    m = h.out_n;
+  }
+  if (h.first) std::memset(a, 0, 4 * m);
+  auto ok = kernels::AccumulateGrad(a, src, src_type, m, h.scale);
   if (ok.ok()) {
     *finite = *ok;
-    if (h.sum_squares) *sum_squares += kernels::cpu::SumSquares(a, n);
+    if (h.sum_squares) *sum_squares += kernels::cpu::SumSquares(a, m);
   }
   ZINF_RETURN_IF_ERROR(tm_.Release(std::move(lease), ok.ok()));
   return ok.status();

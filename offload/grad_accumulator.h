@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -64,6 +65,15 @@ struct HandOver {
   bool first = true;        // the step's first micro-batch: the shard is overwritten
   bool sum_squares = false;  // add this shard's Σ g² (as it holds them) to Finish's total
   Event produced;           // the gradient is complete on the device after this event
+  // ZeRO-2: the gradient is first reduced over ranks, on the worker thread in submission order:
+  // `reduce` gets the staged values (a staging block of max_unit_elems values of `type`, the
+  // first n the device's, the rest its to use) and writes out_n fp32 values (this rank's chunk
+  // of the sum); the fp32 shard (4 * out_n bytes or more) accumulates those instead. Null: the
+  // shard takes the n values themselves.
+  using ReduceFn = std::function<Status(void* staged, kernels::DType type, size_t n, float* out,
+                                        size_t out_n)>;
+  const ReduceFn* reduce = nullptr;
+  size_t out_n = 0;
 };
 
 class GradAccumulator {
@@ -117,6 +127,7 @@ class GradAccumulator {
   GradAccumulatorOptions options_;
   Stream* stream_ = nullptr;
   std::vector<PinnedBlock> staging_;
+  std::vector<float> reduced_;  // the worker's: a ZeRO-2 hand-over's chunk of the sum
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -81,9 +81,9 @@ struct OffloadOptimizerConfig {
 // `zero_optimization`.
 struct ZeroConfig {
   // zinf: absent means 3. One rank works like stage 3 whatever the stage. Across ranks
-  // (zinf launch) 0 replicates the state and all-reduces the gradients and 1 partitions the
-  // optimizer state (src/train/ranks.h); 2 is accepted with a warning (unimplemented) and, like
-  // 3, refused across ranks for now; anything else is refused.
+  // (zinf launch) 0 replicates the state and all-reduces the gradients, 1 partitions the
+  // optimizer state and 2 the gradients too (src/train/ranks.h); 3 is refused across ranks for
+  // now; anything else is refused.
   int stage = 3;
   OffloadParamConfig offload_param;
   OffloadOptimizerConfig offload_optimizer;

@@ -59,11 +59,8 @@ void ReadZero(Reader r, ZeroConfig* c, ReadReport* report) {
   uint64_t stage = static_cast<uint64_t>(c->stage);
   r.Uint("stage", &stage, 0, 3, kAuto);
   c->stage = static_cast<int>(stage);
-  if (r.Has("stage") && stage == 2) {
-    // One rank works like stage 3 whatever the stage; across ranks stages 0 and 1 are
-    // implemented (src/train/ranks.h), stage 2's gradient partitioning is not yet.
-    report->unimplemented.push_back(fmt::format("{}={}", r.PathOf("stage"), stage));
-  }
+  // One rank works like stage 3 whatever the stage; across ranks stages 0, 1 and 2 are
+  // implemented and 3 is refused for now (src/train/ranks.h).
   ReadOffloadParam(r.Object("offload_param", kNull), &c->offload_param);
   ReadOffloadOptimizer(r.Object("offload_optimizer", kNull), &c->offload_optimizer);
   r.Uint(r.Alias("stage3_prefetch_bucket_size", "prefetch_bucket_size"),

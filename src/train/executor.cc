@@ -79,6 +79,12 @@ LayerExecutor::Chunk LayerExecutor::ChunkOf(uint32_t unit) const {
 
 uint64_t LayerExecutor::StateElems(uint32_t unit) const { return ChunkOf(unit).len; }
 
+uint64_t LayerExecutor::GradShardBytes() const {
+  uint64_t b = 0;
+  for (offload::ShardId id : grad_) b += rt_.tiers->spec(id).bytes;
+  return b;
+}
+
 uint64_t LayerExecutor::StateParams() const {
   uint64_t n = 0;
   for (uint32_t u = 0; u < dims_.units(); ++u) n += StateElems(u);
@@ -87,6 +93,28 @@ uint64_t LayerExecutor::StateParams() const {
 
 Status LayerExecutor::Setup() {
   partitioned_ = options_.partition_optimizer && ReducesGrads();
+  partitioned_grads_ = partitioned_ && options_.partition_grads;
+  if (partitioned_grads_) {
+    // ZeRO-2: a hand-over's staged 16-bit gradient (padded to world chunks with zeros, so the
+    // padding sums to zero) reduce-scattered into this rank's chunk of the sum, in fp32.
+    reduce_fn_ = [this](void* staged, kernels::DType type, size_t n, float* out,
+                        size_t per) -> Status {
+      const auto w = static_cast<size_t>(options_.comm->world());
+      std::memset(static_cast<uint8_t*>(staged) + 2 * n, 0, 2 * (w * per - n));
+      const auto kind = static_cast<size_t>(comm::OpKind::kReduceScatter);
+      const uint64_t sent0 = options_.comm->stats().bytes_sent[kind];
+      const auto t0 = Clock::now();
+      Status s = options_.comm
+                     ->ReduceScatter(staged,
+                                     type == kernels::DType::kF16 ? comm::DType::kF16
+                                                                  : comm::DType::kBf16,
+                                     out, comm::DType::kF32, per)
+                     .Wait();
+      reduce_nanos_ += static_cast<uint64_t>(Since(t0) * 1e9);
+      reduce_sent_bytes_ += options_.comm->stats().bytes_sent[kind] - sent0;
+      return s.WithContext("reduce-scattering a gradient over the ranks (ZeRO-2)");
+    };
+  }
   if (partitioned_) {
     for (uint32_t u = 0; u < dims_.units(); ++u) {
       if (ChunkOf(u).len == 0) {
@@ -99,7 +127,14 @@ Status LayerExecutor::Setup() {
   }
   ZINF_RETURN_IF_ERROR(RegisterShards());
   ZINF_RETURN_IF_ERROR(CheckPinnedBudget());
-  const uint64_t max_n = dims_.MaxUnitParams();
+  uint64_t max_n = dims_.MaxUnitParams();
+  // ZeRO-2 stages a unit's gradient padded to world equal chunks.
+  uint64_t max_staged = max_n;
+  if (partitioned_grads_) {
+    for (uint32_t u = 0; u < dims_.units(); ++u)
+      max_staged = std::max<uint64_t>(
+          max_staged, ChunkOf(u).per * static_cast<uint64_t>(options_.comm->world()));
+  }
   if (options_.optimizer_on_nvme) {
     offload::OptimizerPipelineOptions po;
     po.depth = options_.pipeline_slabs;
@@ -115,7 +150,7 @@ Status LayerExecutor::Setup() {
       accumulator_,
       offload::GradAccumulator::Create(
           *rt_.tiers, *rt_.device, *rt_.pool,
-          {.max_unit_elems = max_n, .fp32_shards = GradType() == kernels::DType::kF32,
+          {.max_unit_elems = max_staged, .fp32_shards = GradType() == kernels::DType::kF32,
            .depth = kHandOverDepth, .device_grad_bytes = 2}));
   ZINF_RETURN_IF_ERROR(AllocateDevice());
   return SealTiers();
@@ -181,8 +216,9 @@ Status LayerExecutor::RegisterShards() {
     // unit, padded to world equal chunks with ZeRO-1: reduce-scattered in place).
     const Chunk chunk = ChunkOf(u);
     const uint64_t sn = chunk.len;
-    const uint64_t gn = partitioned_ ? chunk.per * static_cast<uint64_t>(options_.comm->world())
-                                     : n;
+    const uint64_t gn = partitioned_grads_ ? chunk.per
+                        : partitioned_     ? chunk.per * static_cast<uint64_t>(options_.comm->world())
+                                           : n;
     offload::OptimizerUnit ou;
     ou.n = sn;
     ou.grad_type = GradType();

@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -106,6 +107,12 @@ struct ExecutorOptions {
   // the rank-ordered sum of the ranks' partial sums. GetUnitWeights becomes a collective (every
   // rank calls it for the same unit).
   bool partition_optimizer = false;
+  // ZeRO-2 (with partition_optimizer): the gradients are partitioned too. Each rank's gradient
+  // shards hold its chunk only (4 bytes a parameter / world): every micro-batch's 16-bit
+  // gradient of a unit is reduce-scattered over the ranks as it is handed over (on the
+  // accumulator's thread; bf16 or fp16 on the wire, summed in fp32 in rank order) and the rank
+  // accumulates its chunk of the sum.
+  bool partition_grads = false;
 };
 
 // One unit's optimizer state as a checkpoint records it: on NVMe (extents of the run's swap
@@ -250,8 +257,11 @@ class LayerExecutor {
                                       uint64_t micro_batches);
 
   ExecutorStats stats() const { return stats_; }
-  // The parameters whose optimizer state this rank holds (all of them but with ZeRO-1).
+  // The parameters whose optimizer state this rank holds (all of them but with ZeRO-1/2).
   uint64_t StateParams() const;
+  // The bytes of this rank's gradient shards (fp32 or 16-bit, the unit's or, with ZeRO-2, its
+  // chunk's).
+  uint64_t GradShardBytes() const;
 
  private:
   struct Buffers;
@@ -364,6 +374,12 @@ class LayerExecutor {
   std::vector<std::vector<float>> master_, exp_avg_, exp_avg_sq_;
   std::vector<uint16_t> p16_staging_;  // host path: the new param16 of one unit
   bool partitioned_ = false;
+  bool partitioned_grads_ = false;  // ZeRO-2
+  offload::HandOver::ReduceFn reduce_fn_;  // ZeRO-2: runs on the accumulator's thread
+  std::atomic<uint64_t> reduce_sent_bytes_{0};  // ... and counts there
+  std::atomic<uint64_t> reduce_nanos_{0};
+  // ZeRO-1/2: the rank-ordered sum over ranks of every rank's partial Σ g².
+  Result<double> SumOverRanks(double partial);
   std::vector<uint16_t> gather16_;  // ZeRO-1: world chunks of 16-bit weights (the largest unit)
   std::vector<double> partial_sum_squares_;  // ZeRO-1: every rank's Σ g² of its chunks
   std::unique_ptr<offload::OptimizerPipeline> pipeline_;

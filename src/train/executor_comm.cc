@@ -75,19 +75,24 @@ Result<bool> LayerExecutor::ReduceAllGrads() {
   ZINF_ASSIGN_OR_RETURN(f, ReduceUnitGrad(0, &ss));
   finite = finite && f;
   if (partitioned_) {
-    // Each rank summed its chunks: the step's Σ g² is the rank-ordered sum of the ranks' (the
-    // same double on every rank; it differs from one rank's sum over whole units in the last
-    // bits, and so does the clipping coefficient computed from it).
-    partial_sum_squares_.resize(static_cast<size_t>(options_.comm->world()));
-    ZINF_RETURN_IF_ERROR(options_.comm
-                             ->AllGather(&ss, partial_sum_squares_.data(), 1, comm::DType::kF64)
-                             .Wait());
-    ss = 0;
-    for (double p : partial_sum_squares_) ss += p;
+    ZINF_ASSIGN_OR_RETURN(ss, SumOverRanks(ss));
     finite = std::isfinite(ss);
   }
   grad_sum_squares_ = ss;
   return finite;
+}
+
+Result<double> LayerExecutor::SumOverRanks(double partial) {
+  // Each rank summed its chunks: the step's Σ g² is the rank-ordered sum of the ranks' (the
+  // same double on every rank; it differs from one rank's sum over whole units in the last
+  // bits, and so does the clipping coefficient computed from it).
+  partial_sum_squares_.resize(static_cast<size_t>(options_.comm->world()));
+  ZINF_RETURN_IF_ERROR(
+      options_.comm->AllGather(&partial, partial_sum_squares_.data(), 1, comm::DType::kF64)
+          .Wait());
+  double total = 0;
+  for (double p : partial_sum_squares_) total += p;
+  return total;
 }
 
 Status LayerExecutor::GatherParam16(uint32_t unit, const void* chunk16) {
@@ -113,7 +118,8 @@ Status LayerExecutor::StepChunk(uint32_t u, const kernels::AdamHyper& hyper,
     tm.Release(std::move(lease), false).IgnoreError();
     return g.status();
   }
-  const float* grad = static_cast<const float*>(*g) + c.lo;
+  // ZeRO-2: the shard is the chunk; ZeRO-1: the chunk lies at its place in the unit's shard.
+  const float* grad = static_cast<const float*>(*g) + (partitioned_grads_ ? 0 : c.lo);
   Status s;
   if (pipeline_ != nullptr) {
     moments_zero_at_home_ = false;

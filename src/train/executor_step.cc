@@ -2,6 +2,7 @@
 
 // The layer executor's step: fetching weights, forward, backward and the gradient hand-over.
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -101,7 +102,11 @@ Status LayerExecutor::HandOverGrad(uint32_t unit, const float* grad, float scale
                         accumulator_->Submit({.shard = grad_[unit], .device_grad = g16_,
                                               .type = options_.param16_type, .n = n,
                                               .scale = scale, .first = first,
-                                              .sum_squares = last, .produced = produced}));
+                                              .sum_squares = last, .produced = produced,
+                                              .reduce = partitioned_grads_ ? &reduce_fn_
+                                                                           : nullptr,
+                                              .out_n = partitioned_grads_ ? ChunkOf(unit).per
+                                                                          : 0}));
   stats_.grad_seconds += Since(t0);
   return Status::Ok();
 }
@@ -199,10 +204,18 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   stats_.grad_seconds += Since(t_wait);
   r.finite = totals.finite;
   if (last) grad_sum_squares_ = totals.sum_squares;
+  if (partitioned_grads_) {
+    stats_.grad_comm_sent_bytes = reduce_sent_bytes_.load();
+    stats_.comm_seconds = static_cast<double>(reduce_nanos_.load()) * 1e-9;
+  }
   if (last && ReducesGrads()) {
     // Across ranks the step's gradient is the sum over them: its Σ g² and finiteness decide.
     if (overlap != nullptr) {
       grad_sum_squares_ = reduced_sum_squares;
+    } else if (partitioned_grads_) {
+      // ZeRO-2: already summed, chunk by chunk; each rank's Σ g² is of its chunks.
+      ZINF_ASSIGN_OR_RETURN(grad_sum_squares_, SumOverRanks(totals.sum_squares));
+      r.finite = std::isfinite(grad_sum_squares_);
     } else {
       ZINF_ASSIGN_OR_RETURN(r.finite, ReduceAllGrads());
     }

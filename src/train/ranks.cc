@@ -27,20 +27,19 @@ Result<Ranks> JoinRanks(const Config& c) {
           ? fmt::format("zero_optimization.stage {}", c.Stage())
           : fmt::format("zinf.sharding_strategy {} (stage {})", c.zinf.sharding_strategy,
                         c.Stage());
-  if (c.Stage() > 1) {
+  if (c.Stage() > 2) {
     return Unimplemented(fmt::format(
-        "{}: {} across {} ranks is not implemented yet: partitioning the gradients (ZeRO-2, "
-        "SHARD_GRAD_OP) and the parameters (ZeRO-3, FULL_SHARD, HYBRID_SHARD) over ranks comes "
-        "next; stage 0 (NO_SHARD: the state replicated, gradients all-reduced) and stage 1 (the "
-        "optimizer state partitioned, gradients reduce-scattered, new weights all-gathered) run "
-        "across ranks today",
+        "{}: {} across {} ranks is not implemented yet: partitioning the parameters (ZeRO-3, "
+        "FULL_SHARD, HYBRID_SHARD) over ranks comes next; stage 0 (NO_SHARD: the state "
+        "replicated, gradients all-reduced), 1 (the optimizer state partitioned) and 2 "
+        "(SHARD_GRAD_OP: the gradients too) run across ranks today",
         c.source, what, r.env.world));
   }
-  if (c.Stage() == 1 && c.zinf.overlap_adam) {
+  if (c.Stage() >= 1 && c.zinf.overlap_adam) {
     return Unimplemented(fmt::format(
-        "{}: zinf.overlap_adam with zero_optimization.stage 1 across ranks is not implemented "
-        "yet (the partitioned optimizer steps after backward); leave overlap_adam off or use "
-        "stage 0", c.source));
+        "{}: zinf.overlap_adam with {} across ranks is not implemented yet (the partitioned "
+        "optimizer steps after backward); leave overlap_adam off or use stage 0",
+        c.source, what));
   }
   if (!c.zinf.checkpoint.dir.empty() || !c.zinf.checkpoint.resume.empty()) {
     return Unimplemented(fmt::format(

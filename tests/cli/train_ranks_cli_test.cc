@@ -77,6 +77,12 @@ std::string Stage1(const TempDir& dir) {
   return " --config " + path;
 }
 
+std::string Stage2(const TempDir& dir) {
+  const std::string path = dir / "stage2.json";
+  std::ofstream(path) << R"({"zero_optimization": {"stage": 2}})";
+  return " --config " + path;
+}
+
 std::string Stage0(const TempDir& dir) {
   const std::string path = dir / "stage0.json";
   std::ofstream(path) << R"({"zero_optimization": {"stage": 0}})";
@@ -131,15 +137,20 @@ TEST(TrainRanksCliTest, RanksTrainBitForBitAsOneRank) {
 // agree here to float32 noise at most; the bound checks the losses.
 TEST(TrainRanksCliTest, AccumulationOnEachRankAgreesWithOneRank) {
   TempDir dir;
-  TrainRun one = Train(dir, "one", "", Tiny(4) + Stage0(dir) + " --offload cpu --grad-accum 4");
-  TrainRun two = Train(dir, "two", Launch(2), Tiny(4) + Stage0(dir) + " --offload cpu --grad-accum 2");
-  ASSERT_EQ(one.r.exit_code, 0) << one.r.err;
-  ASSERT_EQ(two.r.exit_code, 0) << two.r.err;
-  const auto a = Lines(one.losses), b = Lines(two.losses);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double la = nlohmann::json::parse(a[i])["loss"], lb = nlohmann::json::parse(b[i])["loss"];
-    EXPECT_NEAR(la, lb, 1e-5 * std::abs(la)) << "step " << i + 1;
+  // Stage 0 sums each rank's accumulated gradient; ZeRO-2 reduces every micro-batch and each
+  // rank accumulates its chunk of the sums: ((m0 + m2) + (m1 + m3)).
+  for (const std::string& stage : {Stage0(dir), Stage2(dir)}) {
+    TrainRun one = Train(dir, "one", "", Tiny(4) + stage + " --offload cpu --grad-accum 4");
+    TrainRun two = Train(dir, "two", Launch(2), Tiny(4) + stage + " --offload cpu --grad-accum 2");
+    ASSERT_EQ(one.r.exit_code, 0) << one.r.err;
+    ASSERT_EQ(two.r.exit_code, 0) << two.r.err;
+    const auto a = Lines(one.losses), b = Lines(two.losses);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double la = nlohmann::json::parse(a[i])["loss"];
+      const double lb = nlohmann::json::parse(b[i])["loss"];
+      EXPECT_NEAR(la, lb, 1e-5 * std::abs(la)) << stage << " step " << i + 1;
+    }
   }
 }
 
@@ -155,25 +166,31 @@ TEST(TrainRanksCliTest, GradientWireBytesAreTwoPsiOverN) {
   EXPECT_NE(two.r.out.find("2 ranks over gloo tcp"), std::string::npos) << two.r.out;
 }
 
-// ZeRO-1: each rank steps its chunk of every unit. Adam is elementwise and the reduce-scatter
-// sums in rank order, so without clipping the run is one rank's bit for bit (uneven chunks
-// with 3 ranks, state on NVMe and in memory). With clipping the global norm is the ranks'
+// ZeRO-1 and ZeRO-2: each rank steps its chunk of every unit (ZeRO-2 also keeps only its chunk
+// of the gradients). Adam is elementwise and the reduce-scatter sums in rank order, so without
+// clipping the run is one rank's bit for bit (uneven chunks with 3 ranks, state on NVMe and in
+// memory). With clipping the global norm is the ranks'
 // partial sums added, not one sum over whole units: its last bits differ (it is reported
 // within 1e-12), the coefficient with them, and the losses agree to float noise (1e-6).
-TEST(TrainRanksCliTest, Zero1TrainsAsOneRank) {
+TEST(TrainRanksCliTest, Zero1And2TrainAsOneRank) {
   TempDir dir;
   struct Case {
     const char* name;
     int world;
+    int stage;
     std::string extra;
-  } cases[] = {{"cpu2", 2, " --offload cpu --clip 0"}, {"nvme3", 3, " --offload nvme --clip 0"}};
+  } cases[] = {{"z1cpu2", 2, 1, " --offload cpu --clip 0"},
+               {"z1nvme3", 3, 1, " --offload nvme --clip 0"},
+               {"z2cpu2", 2, 2, " --offload cpu --clip 0"},
+               {"z2nvme4", 4, 2, " --offload nvme --clip 0"}};
   for (const Case& c : cases) {
     const std::string w = std::to_string(c.world);
+    const std::string stage = c.stage == 1 ? Stage1(dir) : Stage2(dir);
     TrainRun one = Train(dir, std::string(c.name) + "_one", "",
-                         Tiny(4) + Stage1(dir) + c.extra + " --swap-dir " + dir / "sw1" +
+                         Tiny(4) + stage + c.extra + " --swap-dir " + dir / "sw1" +
                              " --grad-accum " + w);
     TrainRun many = Train(dir, std::string(c.name) + "_many", Launch(c.world),
-                          Tiny(4) + Stage1(dir) + c.extra + " --swap-dir " + dir / "swN" +
+                          Tiny(4) + stage + c.extra + " --swap-dir " + dir / "swN" +
                               " --grad-accum 1");
     ASSERT_EQ(one.r.exit_code, 0) << c.name << one.r.err;
     ASSERT_EQ(many.r.exit_code, 0) << c.name << many.r.out << many.r.err;
@@ -196,15 +213,22 @@ TEST(TrainRanksCliTest, Zero1TrainsAsOneRank) {
     EXPECT_GE(state, 12 * (params / c.world - units)) << c.name;
     EXPECT_LE(state, 12 * (params / c.world + units)) << c.name;
     EXPECT_EQ(one.summary["optimizer_state_bytes"].get<double>(), 12 * params);
-    // On the wire: the fp32 gradients reduce-scattered and the 16-bit weights all-gathered,
-    // (world - 1) / world of each (chunks padded to equal sizes).
+    // On the wire: the gradients reduce-scattered (ZeRO-1: the fp32 sums once a step; ZeRO-2:
+    // each micro-batch's 16-bit values) and the 16-bit weights all-gathered, (world - 1) /
+    // world of each (chunks padded to equal sizes): 2Ψ elements, as the ZeRO paper counts.
+    const double gb = c.stage == 1 ? 4 : 2;
     const double grad_sent = many.summary["grad_comm_sent_bytes_per_step"];
     const double share = double(c.world - 1) / c.world;
-    EXPECT_GE(grad_sent, 4 * params * share) << c.name;
-    EXPECT_LE(grad_sent, 4 * (params + c.world * units) * share) << c.name;
+    EXPECT_GE(grad_sent, gb * params * share) << c.name;
+    EXPECT_LE(grad_sent, gb * (params + c.world * units) * share) << c.name;
     const double sent = many.summary["comm_sent_bytes_per_step"];
-    EXPECT_GE(sent, 6 * params * share) << c.name;
-    EXPECT_LE(sent, 6 * (params + c.world * units) * share + 256) << c.name;
+    EXPECT_GE(sent, (gb + 2) * params * share) << c.name;
+    EXPECT_LE(sent, (gb + 2) * (params + c.world * units) * share + 256) << c.name;
+    // The gradients held: the unit's fp32 values (ZeRO-1, padded) or the chunk's (ZeRO-2).
+    const double grads = many.summary["gradient_bytes"];
+    const double want = c.stage == 1 ? 4 * params : 4 * params / c.world;
+    EXPECT_GE(grads, want) << c.name;
+    EXPECT_LE(grads, want + 4 * c.world * units) << c.name;
   }
   TrainRun one = Train(dir, "clip_one", "", Tiny(4) + Stage1(dir) + " --offload cpu --grad-accum 2");
   TrainRun two = Train(dir, "clip_two", Launch(2), Tiny(4) + Stage1(dir) + " --offload cpu");
