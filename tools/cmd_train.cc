@@ -133,7 +133,7 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
              FormatBytesHuman(s.pinned_budget_bytes), FormatBytesHuman(s.peak_rss_bytes));
   if (s.world > 1) {
     fmt::print("      {} ranks over {}: {} sent and {} received per step and rank ({} sent "
-               "for the gradients' all-reduce), {:.3f} s a step waiting for it\n",
+               "for the gradients), {:.3f} s a step in the gradients' and weights' collectives\n",
                s.world, s.transport, FormatBytesHuman(uint64_t(s.comm_sent_bytes_per_step)),
                FormatBytesHuman(uint64_t(s.comm_received_bytes_per_step)),
                FormatBytesHuman(uint64_t(s.grad_comm_sent_bytes_per_step)), s.comm_seconds);

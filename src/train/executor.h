@@ -144,8 +144,8 @@ struct ExecutorStats {
   uint64_t optimizer_bytes_written = 0;
   double optimizer_wait_seconds = 0;     // forward waiting for the optimizer's new weights
   uint64_t grad_d2h_bytes = 0;           // gradients copied to the host, all steps
-  double comm_seconds = 0;               // all-reducing gradients (waiting for the ranks)
-  uint64_t grad_comm_sent_bytes = 0;     // ... and the bytes this rank sent for it
+  double comm_seconds = 0;               // the gradients' and weights' collectives across ranks
+  uint64_t grad_comm_sent_bytes = 0;     // the bytes this rank sent for the gradients'
 };
 
 // The three bounds of a step, each measured alone (--profile).
@@ -378,6 +378,7 @@ class LayerExecutor {
   offload::HandOver::ReduceFn reduce_fn_;  // ZeRO-2: runs on the accumulator's thread
   std::atomic<uint64_t> reduce_sent_bytes_{0};  // ... and counts there
   std::atomic<uint64_t> reduce_nanos_{0};
+  uint64_t reduce_nanos_seen_ = 0;  // of reduce_nanos_, already in stats_.comm_seconds
   // ZeRO-1/2: the rank-ordered sum over ranks of every rank's partial Σ g².
   Result<double> SumOverRanks(double partial);
   std::vector<uint16_t> gather16_;  // ZeRO-1: world chunks of 16-bit weights (the largest unit)

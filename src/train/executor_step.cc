@@ -205,8 +205,11 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   r.finite = totals.finite;
   if (last) grad_sum_squares_ = totals.sum_squares;
   if (partitioned_grads_) {
+    // The accumulator's thread counted its reduce-scatters: add what is new since last time.
+    const uint64_t nanos = reduce_nanos_.load();
+    stats_.comm_seconds += static_cast<double>(nanos - reduce_nanos_seen_) * 1e-9;
+    reduce_nanos_seen_ = nanos;
     stats_.grad_comm_sent_bytes = reduce_sent_bytes_.load();
-    stats_.comm_seconds = static_cast<double>(reduce_nanos_.load()) * 1e-9;
   }
   if (last && ReducesGrads()) {
     // Across ranks the step's gradient is the sum over them: its Σ g² and finiteness decide.

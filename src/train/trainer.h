@@ -107,8 +107,9 @@ struct TrainSummary {
   double plain_copy_seconds = 0;
   bool stopped = false;  // ended early by a stop request (after committing a checkpoint)
   // Across ranks (zinf launch): this rank, the world, the bytes this rank put on the wire and
-  // took off it per step (every collective), of which the gradients' all-reduce sent, and the
-  // time waiting for it. tokens_per_step and tokens_per_s are the whole job's.
+  // took off it per step (every collective), of which the gradients' reduction sent, and the
+  // time in the gradients' and weights' collectives. tokens_per_step and tokens_per_s are the
+  // whole job's.
   int rank = 0, world = 1;
   std::string transport;
   double comm_sent_bytes_per_step = 0, comm_received_bytes_per_step = 0;
