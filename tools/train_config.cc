@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "src/base/units.h"
+#include "src/comm/world.h"
 #include "src/runtime/offload_runtime.h"
 #include "src/train/checkpoint.h"
 #include "src/train/default_job.h"
@@ -179,6 +180,8 @@ void FillSwapPaths(Config& c, ConfigSources& sources) {
 
 Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a) {
   Config defaults = train::DefaultJobConfig();
+  // Across ranks (zinf launch) the batch keys are read against the world size.
+  ZINF_ASSIGN_OR_RETURN(const comm::WorldEnv world, comm::ReadWorldEnv());
   // A resume (--resume, else the file's zinf.checkpoint.resume) starts from the config of the
   // checkpoint's run; the file's keys and the flags go on top, as on the defaults.
   std::string resume = a.resume;
@@ -193,6 +196,8 @@ Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a)
   std::string resume_source;
   if (!resume.empty()) {
     ZINF_ASSIGN_OR_RETURN(ckpt::Manifest m, train::ReadForResume(resume));
+    // Before its config (whose batch sizes are those of its world) is read against this one.
+    ZINF_RETURN_IF_ERROR(train::CheckResumeWorld(m, static_cast<uint32_t>(world.world)));
     ZINF_ASSIGN_OR_RETURN(defaults, train::ConfigOf(m, defaults));
     resume_source = "--resume " + m.dir;
     r.sources.SetAll(defaults.given_keys, resume_source);
@@ -221,6 +226,7 @@ Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a)
   if (!c.scheduler.warmup_max_lr) {
     r.sources.Set("scheduler.params.warmup_max_lr", r.sources.Of("optimizer.params.lr"));
   }
+  c.world_size = static_cast<uint64_t>(world.world);
   ZINF_RETURN_IF_ERROR(c.Validate());
   return r;
 }

@@ -89,6 +89,15 @@ uint64_t DtypeBytes(const std::string& dtype) {
 
 std::string CheckpointDirName(uint64_t step) { return fmt::format("step-{:010}", step); }
 
+std::string RankPartDirName(uint32_t rank) { return fmt::format("rank{}", rank); }
+
+UnitChunk ChunkOfUnit(uint64_t n, uint32_t world, uint32_t rank) {
+  const uint64_t w = world == 0 ? 1 : world;
+  const uint64_t per = (n + w - 1) / w;
+  const uint64_t lo = std::min(n, uint64_t{rank} * per);
+  return {lo, std::min(per, n - lo), per};
+}
+
 json Manifest::ToJson() const {
   json files_j = json::array();
   for (const FileEntry& f : files) {
@@ -110,16 +119,27 @@ json Manifest::ToJson() const {
                         {"length", s.length},
                         {"xxh64", Xxh64Hex(s.xxh64)}});
   }
-  return {{"format", kFormat},
-          {"format_version", kFormatVersion},
-          {"step", step},
-          {"model", model},
-          {"training", training},
-          {"data", data},
-          {"state", state},
-          {"world", {{"size", world_size}, {"partition", partition}}},
-          {"files", files_j},
-          {"shards", shards_j}};
+  json world = {{"size", world_size}, {"partition", partition}};
+  if (rank) world["rank"] = *rank;
+  json out = {{"format", kFormat},
+              {"format_version", kFormatVersion},
+              {"step", step},
+              {"model", model},
+              {"training", training},
+              {"data", data},
+              {"state", state},
+              {"world", world},
+              {"files", files_j},
+              {"shards", shards_j}};
+  if (!parts.empty()) {
+    json parts_j = json::array();
+    for (const RankPart& p : parts) {
+      parts_j.push_back({{"rank", p.rank}, {"dir", p.dir},
+                         {"manifest_xxh64", Xxh64Hex(p.manifest_xxh64)}});
+    }
+    out["parts"] = parts_j;
+  }
+  return out;
 }
 
 const FileEntry* Manifest::FindFile(const std::string& name) const {
@@ -206,10 +226,49 @@ Result<Manifest> Read(const std::string& dir,
   Fields fw(path + ": world", world);
   ZINF_RETURN_IF_ERROR(fw.Get("size", &m.world_size, "an integer >= 1"));
   ZINF_RETURN_IF_ERROR(fw.Get("partition", &m.partition, "a partition rule"));
-  if (m.world_size != 1 || m.partition != "none") {
-    return Unimplemented(fmt::format("{}: world size {} partitioned \"{}\": this zinf resumes "
-                                     "one rank (world size 1, partition \"none\")",
-                                     path, m.world_size, m.partition));
+  if (m.world_size == 0) return InvalidArgument(path + ": world.size 0; expected >= 1");
+  if (m.world_size == 1 ? m.partition != kPartitionNone
+                        : m.partition != kPartitionReplicated &&
+                              m.partition != kPartitionUnitChunks) {
+    return InvalidArgument(fmt::format(
+        "{}: world size {} with partition \"{}\"; expected \"{}\" for one rank, \"{}\" or "
+        "\"{}\" across ranks", path, m.world_size, m.partition, kPartitionNone,
+        kPartitionReplicated, kPartitionUnitChunks));
+  }
+  if (world.contains("rank")) {
+    uint32_t rank = 0;
+    ZINF_RETURN_IF_ERROR(fw.Get("rank", &rank, "a rank below the world size"));
+    if (m.world_size == 1 || rank >= m.world_size) {
+      return InvalidArgument(fmt::format("{}: world.rank {} in a world of {}", path, rank,
+                                         m.world_size));
+    }
+    m.rank = rank;
+  }
+  if (m.HasParts()) {
+    auto parts = j.find("parts");
+    if (parts == j.end() || !parts->is_array() || parts->size() != m.world_size) {
+      return InvalidArgument(fmt::format(
+          "{}: a checkpoint across {} ranks lists its parts in \"parts\", one per rank", path,
+          m.world_size));
+    }
+    for (size_t i = 0; i < parts->size(); ++i) {
+      Fields fp(fmt::format("{}: parts[{}]", path, i), (*parts)[i]);
+      RankPart p;
+      std::string hash;
+      ZINF_RETURN_IF_ERROR(fp.Get("rank", &p.rank, "the part's rank"));
+      ZINF_RETURN_IF_ERROR(fp.Get("dir", &p.dir, "rank<r>"));
+      ZINF_RETURN_IF_ERROR(fp.Get("manifest_xxh64", &hash, "16 hex digits"));
+      auto h = ParseXxh64Hex(hash);
+      if (p.rank != i || p.dir != RankPartDirName(p.rank) || !h) {
+        return InvalidArgument(fmt::format(
+            "{}: parts[{}] is rank {} in \"{}\" with hash \"{}\"; expected rank {} in \"{}\" "
+            "with 16 hex digits", path, i, p.rank, p.dir, hash, i, RankPartDirName(i)));
+      }
+      p.manifest_xxh64 = *h;
+      m.parts.push_back(p);
+    }
+  } else if (j.contains("parts")) {
+    return InvalidArgument(path + ": \"parts\" in a manifest of one rank's state");
   }
   auto files = j.find("files");
   if (files == j.end() || !files->is_array()) {
@@ -303,6 +362,38 @@ Result<Manifest> Read(const std::string& dir,
                                          s.offset, s.offset + s.length, s.file, file->bytes));
     }
     m.shards.push_back(std::move(s));
+  }
+  if (m.HasParts() && (!m.files.empty() || !m.shards.empty())) {
+    return InvalidArgument(path + ": a checkpoint across ranks keeps its files and shards in "
+                                  "its parts, not in the global manifest");
+  }
+  return m;
+}
+
+Result<Manifest> ReadPart(const Manifest& global, uint32_t rank,
+                          const std::optional<std::vector<std::string>>& allowed_swap_files) {
+  if (!global.HasParts() || rank >= global.parts.size()) {
+    return InvalidArgument(fmt::format("checkpoint {}: no part of rank {} (world size {})",
+                                       global.dir, rank, global.world_size));
+  }
+  const RankPart& p = global.parts[rank];
+  const std::string dir = (fs::path(global.dir) / p.dir).string();
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  ZINF_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  const uint64_t h = Xxh64(text.data(), text.size());
+  if (h != p.manifest_xxh64) {
+    return DataLoss(fmt::format("{}: xxHash64 {}, the checkpoint's manifest records {}: the part "
+                                "is not the one committed", path, Xxh64Hex(h),
+                                Xxh64Hex(p.manifest_xxh64)));
+  }
+  ZINF_ASSIGN_OR_RETURN(Manifest m, Read(dir, allowed_swap_files));
+  if (m.step != global.step || m.world_size != global.world_size ||
+      m.partition != global.partition || m.rank != rank) {
+    return DataLoss(fmt::format(
+        "{}: step {}, world size {}, partition {}, rank {}; the checkpoint's manifest says step "
+        "{}, world size {}, partition {}, rank {}", path, m.step, m.world_size, m.partition,
+        m.rank ? std::to_string(*m.rank) : "none", global.step, global.world_size,
+        global.partition, rank));
   }
   return m;
 }
@@ -408,6 +499,13 @@ Result<uint64_t> HashShard(const Manifest& m, const ShardEntry& s) {
 }  // namespace
 
 Status Verify(const Manifest& m, const std::function<void(const ShardEntry&)>& progress) {
+  if (m.HasParts()) {
+    for (uint32_t r = 0; r < m.world_size; ++r) {
+      ZINF_ASSIGN_OR_RETURN(const Manifest part, ReadPart(m, r));
+      ZINF_RETURN_IF_ERROR(Verify(part, progress));
+    }
+    return Status::Ok();
+  }
   for (const ShardEntry& s : m.shards) {
     const std::string where = m.Describe(s);
     auto h = HashShard(m, s);

@@ -3,9 +3,17 @@
 // A checkpoint is a directory `<root>/step-<step, 10 digits>/` holding `manifest.json` and data
 // files. The manifest (JSON, format "zinf-checkpoint", version 1) records the model, the
 // training configuration that matters for a resume, the step, the data position, the loss
-// scaler's state, the world size and partition rule (1 and "none" today), the files the shards
-// live in, and for every shard: role, unit, dtype, shape, file, offset, length and xxHash64
-// (16 hex digits). A shard's file is either a data file of the checkpoint (a plain name inside
+// scaler's state, the world size and partition rule, the files the shards live in, and for
+// every shard: role, unit, dtype, shape, file, offset, length and xxHash64 (16 hex digits).
+//
+// Across ranks (world size N > 1) a checkpoint is a directory of parts: each rank r writes a
+// whole manifest of its own (its shards, its files, "world": {size, partition, rank: r}) in
+// `<step dir>/rank<r>/`, and the checkpoint is committed when the step directory's manifest
+// exists: it names the world size, the partition rule and every part with the xxHash64 of its
+// manifest.json, and holds no shards. Partition rules: "none" (world 1), "replicated" (every
+// rank holds all of the optimizer state: ZeRO stage 0), "unit-chunks" (ZeRO-1/2: each unit's
+// flat vector of N elements split into `world` chunks of ceil(N / world) elements, rank r
+// holding [r x per, min(N, (r+1) x per)): UnitChunk). A shard's file is either a data file of the checkpoint (a plain name inside
 // its directory) or one of the run's swap files, listed with kind "swap": NVMe-homed optimizer
 // state is not copied, the manifest points into the extents the run left in its swap file.
 //
@@ -25,6 +33,10 @@
 //   no manifest, or only a temporary one, are not checkpoints).
 // - Verify(manifest) reads every shard and compares its xxHash64: DataLoss naming the first bad
 //   shard, its file and offset; a file shorter than a shard needs is DataLoss too.
+//
+// - ReadPart(global, r) reads rank r's part of a checkpoint across ranks and checks it against
+//   the global manifest (its hash, step, world size, partition and rank). Verify of a global
+//   manifest verifies every part.
 //
 // Thread-safety: values and pure functions; files are only read, except by Commit.
 #pragma once
@@ -75,6 +87,25 @@ struct ShardEntry {
   uint64_t xxh64 = 0;
 };
 
+inline constexpr char kPartitionNone[] = "none";
+inline constexpr char kPartitionReplicated[] = "replicated";
+inline constexpr char kPartitionUnitChunks[] = "unit-chunks";
+
+// Rank `rank`'s chunk of a unit of `n` elements under "unit-chunks": [lo, lo + len); every
+// chunk spans `per` elements of the vector padded to world x per.
+struct UnitChunk {
+  uint64_t lo = 0, len = 0, per = 0;
+};
+UnitChunk ChunkOfUnit(uint64_t n, uint32_t world, uint32_t rank);
+
+// A part of a checkpoint across ranks, as the global manifest lists it.
+struct RankPart {
+  uint32_t rank = 0;
+  std::string dir;        // "rank<r>", inside the checkpoint's directory
+  uint64_t manifest_xxh64 = 0;  // of the part's manifest.json
+};
+std::string RankPartDirName(uint32_t rank);  // "rank3"
+
 struct Manifest {
   uint64_t step = 0;               // optimizer steps run (applied and skipped); the next is step+1
   nlohmann::json model;            // zinf.model as the config writes it
@@ -82,7 +113,11 @@ struct Manifest {
   nlohmann::json data;             // the samplers' positions and the data's fingerprints
   nlohmann::json state;            // loss scaler, applied steps, clip coefficient, ...
   uint32_t world_size = 1;
-  std::string partition = "none";
+  std::string partition = kPartitionNone;
+  // A part (world_size > 1): its rank. A global manifest across ranks (world_size > 1, no
+  // rank): its parts, one per rank in rank order, and no files or shards.
+  std::optional<uint32_t> rank;
+  std::vector<RankPart> parts;
   std::vector<FileEntry> files;
   std::vector<ShardEntry> shards;
 
@@ -97,6 +132,8 @@ struct Manifest {
   // "<path>" or "the swap space striped over <a>, <b>" (for messages).
   std::string Describe(const ShardEntry& shard) const;
   const FileEntry* FindFile(const std::string& name) const;
+  // A global manifest of a checkpoint across ranks (its state lies in its parts).
+  bool HasParts() const { return world_size > 1 && !rank.has_value(); }
 };
 
 // Bytes per element of a dtype name (F32 4, BF16/F16 2); 0 for an unknown one.
@@ -108,6 +145,11 @@ Status Commit(const std::string& dir, const Manifest& manifest);
 Result<Manifest> Read(const std::string& dir,
                       const std::optional<std::vector<std::string>>& allowed_swap_files = {});
 
+// Rank r's part of a checkpoint across ranks (`global`: HasParts()), checked against it;
+// allowed_swap_files as Read's.
+Result<Manifest> ReadPart(const Manifest& global, uint32_t rank,
+                          const std::optional<std::vector<std::string>>& allowed_swap_files = {});
+
 struct CommittedCheckpoint {
   uint64_t step = 0;
   std::string dir;
@@ -117,7 +159,8 @@ std::vector<CommittedCheckpoint> Committed(const std::string& root);
 // `path` itself when it holds a manifest, else the latest committed checkpoint under it.
 Result<std::string> Resolve(const std::string& path);
 
-// Reads every shard and checks its hash; `progress` (optional) is told each shard verified.
+// Reads every shard and checks its hash (of every part, for a global manifest); `progress`
+// (optional) is told each shard verified.
 Status Verify(const Manifest& manifest,
               const std::function<void(const ShardEntry&)>& progress = nullptr);
 // The xxHash64 of `length` bytes of `path` from `offset` (read in pieces).

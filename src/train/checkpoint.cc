@@ -8,6 +8,8 @@
 #include <bit>
 #include <chrono>
 #include <filesystem>
+#include <regex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -51,65 +53,13 @@ json StateJson(const TrainerState& st) {
             {"skipped_steps", s.skipped_steps}}}};
 }
 
-// Field readers naming the manifest and the field.
-class Reader {
- public:
-  Reader(std::string where, const json& j) : where_(std::move(where)), j_(j) {}
-  template <typename T>
-  Status Get(const char* key, T* out) const {
-    auto it = j_.find(key);
-    if (it == j_.end() || it->is_null()) return Bad(key, "is missing");
-    try {
-      if constexpr (std::is_same_v<T, std::string>) {
-        if (!it->is_string()) return Bad(key, "is not a string");
-      } else if constexpr (std::is_floating_point_v<T>) {
-        if (!it->is_number()) return Bad(key, "is not a number");
-      } else {
-        if (!it->is_number_integer()) return Bad(key, "is not an integer");
-      }
-      *out = it->get<T>();
-    } catch (const json::exception&) {
-      return Bad(key, "is out of range");
-    }
-    return Status::Ok();
-  }
-  Status Hex(const char* key, uint64_t* out) const {
-    std::string s;
-    ZINF_RETURN_IF_ERROR(Get(key, &s));
-    auto v = ParseXxh64Hex(s);
-    if (!v) return Bad(key, "is not 16 hex digits");
-    *out = *v;
-    return Status::Ok();
-  }
-  Status Bits(const char* key, double* out) const {
-    uint64_t b = 0;
-    ZINF_RETURN_IF_ERROR(Hex(key, &b));
-    *out = std::bit_cast<double>(b);
-    return Status::Ok();
-  }
-  Result<Reader> Object(const char* key) const {
-    auto it = j_.find(key);
-    if (it == j_.end() || !it->is_object()) return Bad(key, "is missing or not an object");
-    return Reader(where_ + "." + key, *it);
-  }
-
- private:
-  Status Bad(const char* key, const char* what) const {
-    return DataLoss(fmt::format("{}.{} {}", where_, key, what));
-  }
-  std::string where_;
-  const json& j_;
-};
-
-std::string ManifestPath(const ckpt::Manifest& m) {
-  return (fs::path(m.dir) / ckpt::kManifestName).string();
-}
 
 }  // namespace
 
 struct Checkpointer::Job {
   uint64_t step = 0;
-  std::string dir;
+  std::string dir;       // where this rank's manifest goes: the step's directory, or its part
+  std::string step_dir;  // the step's directory
   ckpt::Manifest manifest;  // without files and shards
 };
 
@@ -172,6 +122,20 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointerOpt
                                .WithContext("zinf.checkpoint.dir: mark the swap directory"));
     }
   }
+  if (o.world > 1) {
+    // This rank's parts of checkpoints never committed (a run that failed before rank 0 wrote
+    // the manifest) go before any rank writes: rank 0 must never take one for a new part. (No
+    // rank saves before every rank is past this: the first step's collectives.)
+    static const std::regex kDir("step-([0-9]{10})");
+    for (const auto& e : fs::directory_iterator(o.root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_directory() || !std::regex_match(name, kDir)) continue;
+      if (fs::exists(e.path() / ckpt::kManifestName)) continue;
+      const fs::path part = e.path() / ckpt::RankPartDirName(o.rank);
+      fs::remove_all(part, ec);
+      if (ec) return Status::FromErrno(ec.value(), "remove uncommitted part " + part.string());
+    }
+  }
   std::unique_ptr<Checkpointer> c(new Checkpointer(o));
   // A resume in this root: checkpoints beyond `keep` (a run killed between a commit and its
   // pruning leaves one more) go now, before any step may rewrite what they name.
@@ -195,13 +159,23 @@ Status CheckSwapFilesFree(const std::vector<std::string>& swap_dirs, const std::
     for (const ckpt::CommittedCheckpoint& c : ckpt::Committed(root)) {
       auto m = ckpt::Read(c.dir);
       if (!m.ok()) continue;
+      std::vector<ckpt::Manifest> parts;  // across ranks: every rank's part
+      if (m->HasParts()) {
+        for (uint32_t r = 0; r < m->world_size; ++r) {
+          if (auto p = ckpt::ReadPart(*m, r); p.ok()) parts.push_back(*std::move(p));
+        }
+      } else {
+        parts.push_back(*m);
+      }
       bool names_here = false;
-      for (const ckpt::FileEntry& f : m->files) {
-        if (f.kind != "swap") continue;
-        for (const std::string& member : f.members.empty() ? std::vector<std::string>{f.name}
-                                                           : f.members) {
-          names_here |= fs::weakly_canonical(fs::path(member).parent_path(), ec) ==
-                        fs::weakly_canonical(dir, ec);
+      for (const ckpt::Manifest& part : parts) {
+        for (const ckpt::FileEntry& f : part.files) {
+          if (f.kind != "swap") continue;
+          for (const std::string& member :
+               f.members.empty() ? std::vector<std::string>{f.name} : f.members) {
+            names_here |= fs::weakly_canonical(fs::path(member).parent_path(), ec) ==
+                          fs::weakly_canonical(dir, ec);
+          }
         }
       }
       if (!names_here) continue;
@@ -228,9 +202,15 @@ Status Checkpointer::Save(LayerExecutor& ex, const TrainerState& st) {
   ZINF_RETURN_IF_ERROR(Wait());
   auto job = std::make_shared<Job>();
   job->step = st.step;
-  job->dir = (fs::path(options_.root) / ckpt::CheckpointDirName(st.step)).string();
+  job->step_dir = (fs::path(options_.root) / ckpt::CheckpointDirName(st.step)).string();
+  job->dir = options_.world > 1
+                 ? (fs::path(job->step_dir) / ckpt::RankPartDirName(options_.rank)).string()
+                 : job->step_dir;
   ckpt::Manifest& m = job->manifest;
   m.step = st.step;
+  m.world_size = options_.world;
+  m.partition = options_.partition;
+  if (options_.world > 1) m.rank = options_.rank;
   Config recorded = options_.config;
   recorded.zinf.checkpoint.resume.clear();
   const json config = json::parse(recorded.ToJson().dump());
@@ -254,7 +234,7 @@ Status Checkpointer::Save(LayerExecutor& ex, const TrainerState& st) {
   executor_ = &ex;
   waiting_for_step_ = true;
   commit_step_ = st.step;
-  commit_dir_ = job->dir;
+  commit_dir_ = job->step_dir;
   return ex.RequestCheckpoint(st.step, [this, job](Result<std::vector<UnitState>> units) {
     waiting_for_step_ = false;
     if (!units.ok()) {
@@ -298,6 +278,9 @@ Result<double> Checkpointer::MeasurePlainCopy() {
   ZINF_RETURN_IF_ERROR(Wait());
   if (stats_.last_dir.empty()) return FailedPrecondition("plain copy: no checkpoint committed");
   ZINF_ASSIGN_OR_RETURN(ckpt::Manifest m, ckpt::Read(stats_.last_dir));
+  if (m.HasParts()) {
+    ZINF_ASSIGN_OR_RETURN(m, ckpt::ReadPart(m, options_.rank));  // this rank's part
+  }
   const std::string tmp = (fs::path(options_.root) / ".plain-copy.tmp").string();
   const auto t0 = Clock::now();
   const int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -348,8 +331,8 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
   *bytes = 0;
   std::error_code ec;
   const fs::path dir(job.dir);
-  if (fs::exists(dir / ckpt::kManifestName, ec)) {
-    return Internal(fmt::format("checkpoint {}: already committed", job.dir));
+  if (fs::exists(fs::path(job.step_dir) / ckpt::kManifestName, ec)) {
+    return Internal(fmt::format("checkpoint {}: already committed", job.step_dir));
   }
   fs::remove_all(dir, ec);  // what a crashed writer left, never a committed checkpoint
   fs::create_directories(dir, ec);
@@ -391,7 +374,13 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
     ZINF_RETURN_IF_ERROR(f.Commit());
   }
   ZINF_RETURN_IF_ERROR(ckpt::Commit(job.dir, m));
-  ZINF_RETURN_IF_ERROR(FsyncDirectory(options_.root));
+  if (options_.world > 1) {
+    ZINF_RETURN_IF_ERROR(FsyncDirectory(job.step_dir));
+    ZINF_RETURN_IF_ERROR(FsyncDirectory(options_.root));
+    ZINF_RETURN_IF_ERROR(CommitAcrossRanks(job));
+  } else {
+    ZINF_RETURN_IF_ERROR(FsyncDirectory(options_.root));
+  }
   ZINF_RETURN_IF_ERROR(Prune(job.step));
   if (options_.release_after_first_commit) {
     executor_->ReleaseCheckpoint(*std::exchange(options_.release_after_first_commit, {}));
@@ -403,249 +392,97 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
 Status Checkpointer::Prune(uint64_t newest) {
   const auto committed = ckpt::Committed(options_.root);
   std::vector<std::string> doomed;
-  size_t kept = 0;
+  std::vector<uint64_t> kept_steps;
   std::vector<uint64_t> released;
   for (auto it = committed.rbegin(); it != committed.rend(); ++it) {
     if (it->step > newest) continue;  // Create refused these
-    if (kept < options_.keep) {
-      ++kept;
+    if (kept_steps.size() < options_.keep) {
+      kept_steps.push_back(it->step);
     } else {
       doomed.push_back(it->dir);
       released.push_back(it->step);
     }
   }
-  // Directories named like checkpoints that never got their manifest: a crashed writer's.
+  // Directories named like checkpoints that never got their manifest and are older than the
+  // newest: a crashed writer's (across ranks a newer one may be another rank's part in the
+  // making).
   std::error_code ec;
+  static const std::regex kDir("step-([0-9]{10})");
   for (const auto& e : fs::directory_iterator(options_.root, ec)) {
     const std::string name = e.path().filename().string();
-    if (!e.is_directory() || !name.starts_with("step-")) continue;
+    std::smatch match;
+    if (!e.is_directory() || !std::regex_match(name, match, kDir)) continue;
+    if (std::stoull(match[1].str()) >= newest) continue;
     if (!fs::exists(e.path() / ckpt::kManifestName)) doomed.push_back(e.path().string());
   }
-  for (const std::string& d : doomed) {
-    fs::remove_all(d, ec);
-    if (ec) return Status::FromErrno(ec.value(), "remove old checkpoint " + d);
+  // Across ranks only rank 0 removes (the others' parts go with their step's directory).
+  if (options_.rank == 0) {
+    for (const std::string& d : doomed) {
+      // The manifest first: a checkpoint half removed is not a committed one.
+      fs::remove(fs::path(d) / ckpt::kManifestName, ec);
+      fs::remove_all(d, ec);
+      if (ec) return Status::FromErrno(ec.value(), "remove old checkpoint " + d);
+    }
+    if (!doomed.empty()) ZINF_RETURN_IF_ERROR(FsyncDirectory(options_.root));
   }
-  if (!doomed.empty()) ZINF_RETURN_IF_ERROR(FsyncDirectory(options_.root));
-  // Only now, with the manifests gone for good, may steps rewrite what they named.
+  // Only now, with the manifests gone for good, may steps rewrite what they named. Across
+  // ranks another rank may already have removed some from the listing: every checkpoint this
+  // executor protects but the ones kept is released.
   if (executor_ != nullptr) {
+    if (options_.world > 1) {
+      for (uint64_t id : executor_->ProtectedCheckpoints()) {
+        if (std::find(kept_steps.begin(), kept_steps.end(), id) == kept_steps.end()) {
+          released.push_back(id);
+        }
+      }
+    }
     for (uint64_t step : released) executor_->ReleaseCheckpoint(step);
   }
   return Status::Ok();
 }
 
-// ---- resume --------------------------------------------------------------------------------
-
-Result<ckpt::Manifest> ReadForResume(const std::string& path) {
-  ZINF_ASSIGN_OR_RETURN(std::string dir, ckpt::Resolve(path));
-  return ckpt::Read(dir);
-}
-
-Result<Config> ConfigOf(const ckpt::Manifest& m, const Config& base) {
-  auto it = m.training.find("config");
-  if (it == m.training.end() || !it->is_object()) {
-    return DataLoss(fmt::format("{}: training.config is missing or not an object",
-                                ManifestPath(m)));
-  }
-  return Config::FromString(it->dump(), {.source_name = ManifestPath(m) + " (training.config)",
-                                         .log_warnings = false,
-                                         .base = &base,
-                                         .validate = false});
-}
-
-Result<RecordedRun> RecordedRunOf(const ckpt::Manifest& m) {
-  RecordedRun r;
-  const std::string where = ManifestPath(m) + ": training";
-  auto steps = m.training.find("steps");
-  auto run = m.training.find("run");
-  if (steps == m.training.end() || !steps->is_number_unsigned() || run == m.training.end() ||
-      !run->is_object()) {
-    return DataLoss(where + ": expected \"steps\" (a count) and \"run\" (an object)");
-  }
-  r.steps_total = steps->get<uint64_t>();
-  try {
-    r.data = run->at("data").get<std::string>();
-    r.val_data = run->at("val_data").get<std::string>();
-    r.data_format = run->at("data_format").get<std::string>();
-    r.synthetic_bytes = run->at("synthetic_bytes").get<uint64_t>();
-    r.val_fraction = run->at("val_fraction").get<double>();
-    r.eval_every = run->at("eval_every").get<uint64_t>();
-    r.eval_batches = run->at("eval_batches").get<uint32_t>();
-  } catch (const json::exception& e) {
-    return DataLoss(fmt::format("{}.run: {}", where, e.what()));
-  }
-  return r;
-}
-
-Status CheckResumable(const ckpt::Manifest& m, const Config& c,
-                      const std::vector<std::string>& swap_files) {
-  const std::string where = ManifestPath(m);
-  std::vector<std::string> problems;
-  const json now = json::parse(c.ToJson().dump());
-  for (const char* key : {"layers", "width", "heads", "seq_len", "vocab"}) {
-    const json& then = m.model.contains(key) ? m.model[key] : json();
-    if (then != now["zinf"]["model"][key]) {
-      problems.push_back(fmt::format("zinf.model.{}: {} here, {} in the checkpoint", key,
-                                     now["zinf"]["model"][key].dump(), then.dump()));
-    }
-  }
-  const std::string p16 = c.precision() == Precision::kFp16 ? "fp16" : "bf16";
-  if (m.training.value("param16", std::string()) != p16) {
-    problems.push_back(fmt::format("precision: {} here, {} in the checkpoint", p16,
-                                   m.training.value("param16", std::string("?"))));
-  }
-  const bool nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
-  const std::string place = nvme ? "nvme" : "memory";
-  if (m.training.value("optimizer_state", std::string()) != place) {
-    problems.push_back(fmt::format(
-        "zero_optimization.offload_optimizer.device: the optimizer state is in {} here, in {} "
-        "in the checkpoint", place, m.training.value("optimizer_state", std::string("?"))));
-  }
-  if (m.world_size != 1) {
-    problems.push_back(fmt::format("world size {} in the checkpoint, 1 here", m.world_size));
-  }
-  for (const ckpt::FileEntry& f : m.files) {
-    if (f.kind != "swap") continue;
-    const std::vector<std::string> named =
-        f.members.empty() ? std::vector<std::string>{f.name} : f.members;
-    if (named != swap_files) {
-      problems.push_back(fmt::format(
-          "the checkpoint keeps optimizer state in the swap file(s) {}, not this run's ({}); "
-          "the swap directories (zinf.offload_optimizer.nvme_path, zinf.stripe_paths) must be "
-          "the ones the checkpoint's run used, in the same order",
-          fmt::join(named, ", "), swap_files.empty() ? std::string("none")
-                                                     : fmt::format("{}", fmt::join(swap_files, ", "))));
-    }
-  }
-  if (!problems.empty()) {
-    std::string msg = fmt::format("cannot resume from {}:", where);
-    for (const auto& p : problems) msg += "\n  " + p;
-    return FailedPrecondition(msg);
-  }
-  // Allowed, but the run then differs from an uninterrupted one.
-  auto it = m.training.find("config");
-  if (it != m.training.end() && it->is_object()) {
-    const json& then = *it;
-    for (const char* key : {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                            "gradient_clipping", "optimizer", "scheduler", "fp16"}) {
-      if (then.value(key, json()) != now.value(key, json())) {
-        Log().warn("resume: {} is {} here, {} in {}: the run will not match an uninterrupted "
-                   "one bit for bit", key, now.value(key, json()).dump(),
-                   then.value(key, json()).dump(), where);
+Status Checkpointer::CommitAcrossRanks(const Job& job) {
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(options_.part_timeout_seconds));
+  const fs::path step_dir(job.step_dir);
+  // Waits until every path exists; else names the missing ones.
+  auto wait_for = [&](const std::vector<std::pair<uint32_t, fs::path>>& paths,
+                      const char* what) -> Status {
+    for (;;) {
+      std::vector<uint32_t> missing;
+      std::error_code ec;
+      for (const auto& [rank, path] : paths) {
+        if (!fs::exists(path, ec)) missing.push_back(rank);
       }
-    }
-    for (const char* key : {"seed", "overlap_adam"}) {
-      const json a = now["zinf"].value(key, json()), b = then.value("zinf", json()).value(key, json());
-      if (a != b) {
-        Log().warn("resume: zinf.{} is {} here, {} in {}: the run will not match an "
-                   "uninterrupted one bit for bit", key, a.dump(), b.dump(), where);
+      if (missing.empty()) return Status::Ok();
+      if (Clock::now() >= deadline) {
+        return Aborted(fmt::format(
+            "checkpoint {}: {} of rank(s) {} not there after {} s "
+            "(zinf.comm.timeout_seconds): a rank failed or is stuck",
+            job.step_dir, what, fmt::join(missing, ", "), options_.part_timeout_seconds));
       }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+  };
+  if (options_.rank == 0) {
+    std::vector<std::pair<uint32_t, fs::path>> parts;
+    for (uint32_t r = 0; r < options_.world; ++r) {
+      parts.emplace_back(r, step_dir / ckpt::RankPartDirName(r) / ckpt::kManifestName);
+    }
+    ZINF_RETURN_IF_ERROR(wait_for(parts, "the part"));
+    ckpt::Manifest global = job.manifest;
+    global.rank.reset();
+    for (uint32_t r = 0; r < options_.world; ++r) {
+      ZINF_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(parts[r].second.string()));
+      global.parts.push_back({r, ckpt::RankPartDirName(r), Xxh64(text.data(), text.size())});
+    }
+    ZINF_RETURN_IF_ERROR(ckpt::Commit(job.step_dir, global));
+    ZINF_RETURN_IF_ERROR(FsyncDirectory(options_.root));
+    return Status::Ok();
   }
-  return Status::Ok();
-}
-
-Result<TrainerState> TrainerStateOf(const ckpt::Manifest& m) {
-  const std::string where = ManifestPath(m);
-  TrainerState st;
-  st.step = m.step;
-  Reader state(where + ": state", m.state);
-  ZINF_RETURN_IF_ERROR(state.Get("applied_steps", &st.applied));
-  ZINF_RETURN_IF_ERROR(state.Get("skipped_steps", &st.skipped));
-  ZINF_RETURN_IF_ERROR(state.Bits("prev_clip_bits", &st.prev_clip));
-  ZINF_ASSIGN_OR_RETURN(Reader ls, state.Object("loss_scaler"));
-  ZINF_RETURN_IF_ERROR(ls.Bits("scale_bits", &st.scaler.scale));
-  ZINF_RETURN_IF_ERROR(ls.Get("iteration", &st.scaler.iteration));
-  ZINF_RETURN_IF_ERROR(ls.Get("last_overflow_iteration", &st.scaler.last_overflow_iteration));
-  ZINF_RETURN_IF_ERROR(ls.Get("hysteresis_left", &st.scaler.hysteresis_left));
-  ZINF_RETURN_IF_ERROR(ls.Get("skipped_steps", &st.scaler.skipped_steps));
-  Reader data(where + ": data", m.data);
-  ZINF_ASSIGN_OR_RETURN(Reader train, data.Object("train"));
-  ZINF_RETURN_IF_ERROR(train.Get("position", &st.data_position));
-  std::string format;
-  ZINF_RETURN_IF_ERROR(train.Get("format", &format));
-  auto f = ParseDataFormat(format);
-  if (!f.ok()) return DataLoss(fmt::format("{}: data.train.format: {}", where, format));
-  st.data.format = *f;
-  ZINF_RETURN_IF_ERROR(train.Get("path", &st.data.path));
-  ZINF_RETURN_IF_ERROR(train.Get("tokens", &st.data.tokens));
-  ZINF_RETURN_IF_ERROR(train.Get("file_bytes", &st.data.file_bytes));
-  ZINF_RETURN_IF_ERROR(train.Hex("head_xxh64", &st.data.head_xxh64));
-  ZINF_RETURN_IF_ERROR(train.Hex("tail_xxh64", &st.data.tail_xxh64));
-  if (st.applied + st.skipped != st.step) {
-    return DataLoss(fmt::format("{}: {} applied and {} skipped steps do not add up to step {}",
-                                where, st.applied, st.skipped, st.step));
-  }
-  return st;
-}
-
-Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& m, const GptDims& d) {
-  const uint32_t units = d.units();
-  const std::string where = ManifestPath(m);
-  std::vector<StateShardSet> by_unit(units);
-  for (const ckpt::ShardEntry& s : m.shards) {
-    const auto* role = std::find(std::begin(offload::kStateRoleNames),
-                                 std::end(offload::kStateRoleNames), s.role);
-    if (role == std::end(offload::kStateRoleNames)) continue;  // not optimizer state
-    const int r = static_cast<int>(role - std::begin(offload::kStateRoleNames));
-    if (s.unit >= units) {
-      return InvalidArgument(fmt::format("{}: shard {} of unit {}: the model has {} units",
-                                         where, s.role, s.unit, units));
-    }
-    const uint64_t n = d.UnitParams(s.unit);
-    if (s.dtype != "F32" || s.length != 4 * n) {
-      return InvalidArgument(fmt::format(
-          "{}: shard {} of unit {} ({}) is {} bytes of {}; expected {} bytes of F32", where,
-          s.role, s.unit, d.UnitName(s.unit), s.length, s.dtype, 4 * n));
-    }
-    if (by_unit[s.unit][r] != nullptr) {
-      return InvalidArgument(fmt::format("{}: shard {} of unit {} is listed twice", where,
-                                         s.role, s.unit));
-    }
-    by_unit[s.unit][r] = &s;
-  }
-  for (uint32_t u = 0; u < units; ++u) {
-    for (int r = 0; r < offload::kStateRoles; ++r) {
-      if (by_unit[u][r] == nullptr) {
-        return DataLoss(fmt::format("{}: no {} shard for unit {} ({})", where,
-                                    offload::kStateRoleNames[r], u, d.UnitName(u)));
-      }
-    }
-  }
-  return by_unit;
-}
-
-Status RestoreOptimizerState(LayerExecutor& ex, const ckpt::Manifest& m) {
-  const GptDims& d = ex.dims();
-  const uint32_t units = d.units();
-  const std::string where = ManifestPath(m);
-  ZINF_ASSIGN_OR_RETURN(const std::vector<StateShardSet> by_unit, StateShardsByUnit(m, d));
-  std::vector<float> arrays[offload::kStateRoles];
-  for (uint32_t u = 0; u < units; ++u) {
-    const uint64_t n = d.UnitParams(u);
-    UnitState st;
-    st.unit = u;
-    st.n = n;
-    for (int r = 0; r < offload::kStateRoles; ++r) {
-      const ckpt::ShardEntry* s = by_unit[u][r];
-      st.hashes[r] = s->xxh64;
-      const ckpt::FileEntry* f = m.FindFile(s->file);
-      if (f != nullptr && f->kind == "swap") {
-        st.extents[r] = {s->offset, s->length};
-        continue;
-      }
-      const std::string path = m.PathOf(*s);
-      arrays[r].resize(n);
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-      if (fd < 0) return Status::FromErrno(errno, "open checkpoint file " + path);
-      Status rd = PreadAll(fd, arrays[r].data(), 4 * n, s->offset, path);
-      ::close(fd);
-      ZINF_RETURN_IF_ERROR(rd.WithContext(where));
-      st.arrays[r] = arrays[r].data();
-      st.sources[r] = fmt::format("{} at offset {}", path, s->offset);
-    }
-    ZINF_RETURN_IF_ERROR(ex.RestoreUnit(st, m.step).WithContext("resume from " + m.dir));
-  }
-  return Status::Ok();
+  return wait_for({{0, step_dir / ckpt::kManifestName}}, "the checkpoint's manifest (rank 0 "
+                  "commits it once every part is there): rank");
 }
 
 }  // namespace zinf::train

@@ -22,6 +22,15 @@
 //   running its optimizer (asynchronous NVMe step), the commit starts when it ends.
 //   Wait() waits for the commit in progress and returns its status (and the first error of
 //   any earlier one).
+// - Across ranks (world > 1; the root is shared by the ranks: one node, or a shared file
+//   system), every rank's Checkpointer writes its part (`step-<s>/rank<r>/`, its state and a
+//   manifest of its own: ckpt/manifest.h) and commits it; rank 0's writer then waits for every
+//   part's manifest and commits the checkpoint's (which names the parts and their hashes), and
+//   every writer waits for that before its commit counts: a checkpoint is whole or not there.
+//   Only rank 0 prunes (whole step directories), and every rank then releases the extents of
+//   the checkpoints no longer kept. The ranks coordinate through the files alone (no
+//   collective on the writer threads); a part or a checkpoint manifest not there within
+//   part_timeout_seconds fails the commit, naming the rank(s) missing.
 // - Create() makes the root and refuses one that holds committed checkpoints unless the run
 //   resumes from one of them and none is newer than it (a fresh run, or a resume of an older
 //   one, would make them stale or overwrite them), and one whose file system lacks the room for
@@ -31,7 +40,9 @@
 //   placement of the optimizer state must match; the swap files it names must be the run's own;
 //   other differences are logged: the run then does not match an uninterrupted one bit for
 //   bit); TrainerStateOf reads the trainer's state back; RestoreOptimizerState reads every
-//   unit's shards, checks their hashes and puts them back into the executor.
+//   unit's shards, checks their hashes and puts them back into the executor. Across ranks each
+//   rank resumes from its part (StatePartFor: the world size and the partition rule must be
+//   the run's; a checkpoint of another world size is refused, with what to do instead).
 //
 // Thread-safety: a Checkpointer is driven by one thread (the trainer's); its writer thread
 // only reads what the executor handed over for the checkpoint.
@@ -99,6 +110,12 @@ struct CheckpointerOptions {
   // The checkpoint (its step) the run resumed from when it lies outside root: its extents are
   // released once this run's first checkpoint is committed.
   std::optional<uint64_t> release_after_first_commit;
+  // Across ranks: this rank, the world size, the partition rule of the optimizer state
+  // (ckpt::kPartition*), and how long a writer waits for the other ranks' parts.
+  uint32_t rank = 0;
+  uint32_t world = 1;
+  std::string partition = ckpt::kPartitionNone;
+  double part_timeout_seconds = 300;
 };
 
 struct CheckpointStats {
@@ -137,6 +154,9 @@ class Checkpointer {
   struct Job;
   Status Write(const Job& job, const std::vector<UnitState>& units, double* seconds,
                uint64_t* bytes);
+  // Across ranks, after this rank's part is committed: rank 0 commits the checkpoint once every
+  // part is there; every rank waits for that commit.
+  Status CommitAcrossRanks(const Job& job);
   Status Prune(uint64_t newest_step);
 
   CheckpointerOptions options_;
@@ -160,12 +180,24 @@ inline constexpr char kSwapOwnerFile[] = "zinf.swap.checkpoints";
 Status CheckSwapFilesFree(const std::vector<std::string>& swap_dirs, const std::string& resuming);
 
 Result<ckpt::Manifest> ReadForResume(const std::string& path);
+// The manifest holding this rank's optimizer state: `m` itself for one rank, else its part of
+// rank `rank` (checked against the run's world size and partition rule, and against
+// allowed_swap_files when given).
+Result<ckpt::Manifest> StatePartFor(const ckpt::Manifest& m, uint32_t rank, uint32_t world,
+                                    const std::string& partition,
+                                    const std::optional<std::vector<std::string>>&
+                                        allowed_swap_files = {});
+// Whether a run of `world` ranks can resume from `m`: the world size it was written by, and
+// not one rank's part (FailedPrecondition saying what to do instead).
+Status CheckResumeWorld(const ckpt::Manifest& m, uint32_t world);
+// The partition rule of a run's optimizer state (ckpt::kPartition*).
+std::string PartitionRuleOf(const Config& c);
 Status CheckResumable(const ckpt::Manifest& manifest, const Config& config,
                       const std::vector<std::string>& swap_files);
 Result<TrainerState> TrainerStateOf(const ckpt::Manifest& manifest);
 Status RestoreOptimizerState(LayerExecutor& executor, const ckpt::Manifest& manifest);
 // Every unit's master, exp_avg and exp_avg_sq shard (indexed by offload::StateRole), checked
-// against the model: a shard of a unit the model lacks, of another dtype or length, or listed
+// against the model (a part of a "unit-chunks" checkpoint: against its rank's chunks): a shard of a unit the model lacks, of another dtype or length, or listed
 // twice is InvalidArgument; a missing one is DataLoss. Pointers into `manifest`.
 using StateShardSet = std::array<const ckpt::ShardEntry*, offload::kStateRoles>;
 Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& manifest,

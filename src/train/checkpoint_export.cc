@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -74,28 +75,47 @@ Result<std::string> Describe(const ckpt::Manifest& m) {
                      m.state.value("skipped_steps", uint64_t{0}),
                      m.state["loss_scaler"].value("scale", 1.0)));
   }
+  // The manifests holding the state: the checkpoint's own, or every rank's part.
+  std::vector<ckpt::Manifest> holders;
+  if (m.HasParts()) {
+    for (uint32_t r = 0; r < m.world_size; ++r) {
+      ZINF_ASSIGN_OR_RETURN(ckpt::Manifest part, ckpt::ReadPart(m, r));
+      holders.push_back(std::move(part));
+    }
+  } else {
+    holders.push_back(m);
+  }
   // Bytes per role and tier.
   std::map<std::string, std::map<std::string, uint64_t>> bytes;  // role -> tier -> bytes
-  uint64_t total = 0;
-  for (const ckpt::ShardEntry& s : m.shards) {
-    const ckpt::FileEntry* f = m.FindFile(s.file);
-    const std::string tier = f != nullptr && f->kind == "swap" ? "nvme (swap file)" : "checkpoint dir";
-    bytes[s.role][tier] += s.length;
-    total += s.length;
+  uint64_t total = 0, count = 0;
+  for (const ckpt::Manifest& h : holders) {
+    for (const ckpt::ShardEntry& s : h.shards) {
+      const ckpt::FileEntry* f = h.FindFile(s.file);
+      const std::string tier =
+          f != nullptr && f->kind == "swap" ? "nvme (swap file)" : "checkpoint dir";
+      bytes[s.role][tier] += s.length;
+      total += s.length;
+      ++count;
+    }
   }
-  line(fmt::format("  {} shards, {} ({} bytes):", m.shards.size(), FormatBytesHuman(total), total));
+  line(fmt::format("  {} shards{}, {} ({} bytes):", count,
+                   m.HasParts() ? fmt::format(" in {} parts", holders.size()) : "",
+                   FormatBytesHuman(total), total));
   for (const auto& [role, tiers] : bytes) {
     for (const auto& [tier, n] : tiers) {
       line(fmt::format("    {:<11} {:>12} in {}", role, FormatBytesHuman(n), tier));
     }
   }
-  for (const ckpt::FileEntry& f : m.files) {
-    if (f.members.empty()) {
-      line(fmt::format("  file {} ({}, {} bytes)", f.name, f.kind, f.bytes));
-    } else {
-      line(fmt::format("  {} striped over {} files, {} bytes a unit ({} bytes):", f.kind,
-                       f.members.size(), f.stripe_bytes, f.bytes));
-      for (const std::string& member : f.members) line("    " + member);
+  for (const ckpt::Manifest& h : holders) {
+    const std::string who = h.rank ? fmt::format("rank {}: ", *h.rank) : "";
+    for (const ckpt::FileEntry& f : h.files) {
+      if (f.members.empty()) {
+        line(fmt::format("  {}file {} ({}, {} bytes)", who, f.name, f.kind, f.bytes));
+      } else {
+        line(fmt::format("  {}{} striped over {} files, {} bytes a unit ({} bytes):", who,
+                         f.kind, f.members.size(), f.stripe_bytes, f.bytes));
+        for (const std::string& member : f.members) line("    " + member);
+      }
     }
   }
   return out;
@@ -106,7 +126,23 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
     return InvalidArgument(fmt::format("export: dtype {}; expected F32 or BF16", DtypeName(o.dtype)));
   }
   ZINF_ASSIGN_OR_RETURN(GptDims d, DimsOf(m));
-  ZINF_ASSIGN_OR_RETURN(auto shards, StateShardsByUnit(m, d));
+  // The manifests holding the state: the checkpoint's own, or across ranks its parts (all of
+  // them for "unit-chunks"; rank 0's for "replicated", every rank holding the same).
+  auto parts = std::make_shared<std::vector<ckpt::Manifest>>();
+  if (!m.HasParts()) {
+    parts->push_back(m);
+  } else {
+    const uint32_t n = m.partition == ckpt::kPartitionUnitChunks ? m.world_size : 1;
+    for (uint32_t r = 0; r < n; ++r) {
+      ZINF_ASSIGN_OR_RETURN(ckpt::Manifest part, ckpt::ReadPart(m, r));
+      parts->push_back(std::move(part));
+    }
+  }
+  std::vector<std::vector<StateShardSet>> shards_of;  // [part][unit][role]
+  for (const ckpt::Manifest& part : *parts) {
+    ZINF_ASSIGN_OR_RETURN(auto by_unit, StateShardsByUnit(part, d));
+    shards_of.push_back(std::move(by_unit));
+  }
   ExportStats stats;
   if (o.verify) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -121,20 +157,44 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
     for (const TensorInfo& t : UnitTensors(d, u)) {
       const std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
       for (int r = 0; r < (o.optimizer_state ? 3 : 1); ++r) {
-        const ckpt::ShardEntry* s = shards[u][r];
-        const uint64_t base = 4 * t.offset;  // the tensor's first fp32 in the shard
+        // The unit's role as one fp32 vector: each part's shard from its chunk's first byte.
+        struct Segment {
+          const ckpt::Manifest* m;
+          const ckpt::ShardEntry* s;
+          uint64_t start;  // in the unit's bytes
+        };
+        std::vector<Segment> segments;
+        for (size_t p = 0; p < parts->size(); ++p) {
+          const ckpt::Manifest& part = (*parts)[p];
+          const uint64_t lo = part.partition == ckpt::kPartitionUnitChunks && part.rank
+                                  ? ckpt::ChunkOfUnit(d.UnitParams(u), part.world_size,
+                                                      *part.rank).lo
+                                  : 0;
+          segments.push_back({&part, shards_of[p][u][r], 4 * lo});
+        }
+        const uint64_t base = 4 * t.offset;  // the tensor's first fp32 in the unit
         const Dtype dtype = r == 0 ? o.dtype : Dtype::kF32;
         TensorToWrite w{.name = r == 0 ? t.name : t.name + "." + offload::kStateRoleNames[r],
                         .dtype = dtype,
                         .shape = shape};
-        // Bytes [pos, pos + n) of the shard into dst, through the files (striped or not).
-        auto read = [&m, files, s](uint64_t pos, void* dst, uint64_t n) -> Status {
+        // Bytes [pos, pos + n) of the unit's role into dst, through the segments' files
+        // (striped or not).
+        auto read = [parts, files, segments](uint64_t pos, void* dst, uint64_t n) -> Status {
           auto* out = static_cast<unsigned char*>(dst);
-          for (const ckpt::FilePiece& p : m.Locate(*s, pos, n)) {
-            ZINF_ASSIGN_OR_RETURN(int fd, files->Get(p.path));
-            ZINF_RETURN_IF_ERROR(PreadAll(fd, out, p.length, p.offset, p.path));
-            out += p.length;
+          for (const Segment& seg : segments) {
+            const uint64_t end = seg.start + seg.s->length;
+            if (n == 0) break;
+            if (pos >= end || pos < seg.start) continue;
+            const uint64_t take = std::min(n, end - pos);
+            for (const ckpt::FilePiece& p : seg.m->Locate(*seg.s, pos - seg.start, take)) {
+              ZINF_ASSIGN_OR_RETURN(int fd, files->Get(p.path));
+              ZINF_RETURN_IF_ERROR(PreadAll(fd, out, p.length, p.offset, p.path));
+              out += p.length;
+            }
+            pos += take;
+            n -= take;
           }
+          if (n != 0) return Internal(fmt::format("export: {} bytes past the unit's state", n));
           return Status::Ok();
         };
         w.fill = [read, staging, base, dtype](void* dst, uint64_t offset,

@@ -8,6 +8,7 @@
 #include "io/aligned_buffer.h"
 #include "kernels/cpu/cast.h"
 #include "src/base/units.h"
+#include "src/ckpt/manifest.h"
 #include "src/train/executor_internal.h"
 
 namespace zinf::train {
@@ -70,11 +71,10 @@ Result<std::unique_ptr<LayerExecutor>> LayerExecutor::Create(OffloadRuntime& rt,
 LayerExecutor::Chunk LayerExecutor::ChunkOf(uint32_t unit) const {
   const uint64_t n = dims_.UnitParams(unit);
   if (!partitioned_) return {0, n, n};
-  const auto w = static_cast<uint64_t>(options_.comm->world());
-  const auto r = static_cast<uint64_t>(options_.comm->rank());
-  const uint64_t per = (n + w - 1) / w;
-  const uint64_t lo = std::min(n, r * per);
-  return {lo, std::min(per, n - lo), per};
+  // The checkpoint format's rule (a checkpoint's parts are these chunks).
+  const ckpt::UnitChunk c = ckpt::ChunkOfUnit(n, static_cast<uint32_t>(options_.comm->world()),
+                                              static_cast<uint32_t>(options_.comm->rank()));
+  return {c.lo, c.len, c.per};
 }
 
 uint64_t LayerExecutor::StateElems(uint32_t unit) const { return ChunkOf(unit).len; }

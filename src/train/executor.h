@@ -222,6 +222,8 @@ class LayerExecutor {
   // the extents it named may be rewritten. Thread-safe (a checkpoint's writer calls it after
   // pruning, before its commit's future is ready). Unknown ids are ignored.
   void ReleaseCheckpoint(uint64_t id);
+  // The ids of the checkpoints whose extents are kept untouched. Thread-safe.
+  std::vector<uint64_t> ProtectedCheckpoints() const;
   // After a resume: another committed checkpoint `id` names these extents of this run's swap
   // file (every unit's), which stay untouched until ReleaseCheckpoint(id). InvalidArgument
   // when a unit's extents are not one of its generations.

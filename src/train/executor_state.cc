@@ -64,6 +64,13 @@ Result<bool> LayerExecutor::TakeUnprotectedGeneration(uint32_t unit) {
   return true;
 }
 
+std::vector<uint64_t> LayerExecutor::ProtectedCheckpoints() const {
+  std::lock_guard<std::mutex> lock(protect_mu_);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, gens] : protections_) ids.push_back(id);
+  return ids;
+}
+
 void LayerExecutor::ReleaseCheckpoint(uint64_t id) {
   std::lock_guard<std::mutex> lock(protect_mu_);
   protections_.erase(id);
@@ -143,7 +150,7 @@ Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
     uint8_t* slab = BounceBuffer();
     for (uint32_t u = 0; u < units; ++u) {
       if (hashes_known_[u]) continue;
-      const uint64_t n = dims_.UnitParams(u);
+      const uint64_t n = StateElems(u);
       for (int r = 0; r < offload::kStateRoles; ++r) {
         ZINF_RETURN_IF_ERROR(ReadStateRole(u, r, slab));
         hashes_[u][r] = Xxh64(slab, 4 * n);
@@ -157,7 +164,7 @@ Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
     for (uint32_t u = 0; u < units; ++u) {
       UnitState s;
       s.unit = u;
-      s.n = dims_.UnitParams(u);
+      s.n = StateElems(u);
       s.extents = state_ext_[cur_gen_[u]][u];
       s.hashes = hashes_[u];
       out.push_back(s);
@@ -167,7 +174,7 @@ Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
   for (uint32_t u = 0; u < units; ++u) {
     UnitState s;
     s.unit = u;
-    s.n = dims_.UnitParams(u);
+    s.n = StateElems(u);
     s.arrays = {master_[u].data(), exp_avg_[u].data(), exp_avg_sq_[u].data()};
     out.push_back(s);  // hashes: computed by whoever writes the arrays
   }
@@ -183,11 +190,11 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
         fmt::format("restore: unit {} out of range (the model has {})", s.unit, count));
   }
   const uint32_t u = s.unit;
-  const uint64_t n = dims_.UnitParams(u);
+  const uint64_t n = StateElems(u);  // this rank's chunk with ZeRO-1/2
   if (s.n != n) {
     return InvalidArgument(
-        fmt::format("restore: unit {} ({}) has {} parameters, the state "
-                    "given {}",
+        fmt::format("restore: unit {} ({}) has {} parameters of optimizer state on this rank, "
+                    "the state given {}",
                     u, dims_.UnitName(u), n, s.n));
   }
   auto mismatch = [&](int r, uint64_t got, const std::string& where) {
@@ -263,8 +270,11 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master_[u].data(), p16, options_.param16_type, n));
     hashes_known_[u] = 0;
   }
-  ZINF_RETURN_IF_ERROR(rt_.tiers->WriteHome(p16_[u], p16));
   moments_zero_at_home_ = false;
+  // ZeRO-1/2: the chunk's 16-bit weights, gathered from every rank's (a collective: every rank
+  // restores the units in the same order).
+  if (Partitioned()) return GatherParam16(u, p16);
+  ZINF_RETURN_IF_ERROR(rt_.tiers->WriteHome(p16_[u], p16));
   return Status::Ok();
 }
 

@@ -41,12 +41,6 @@ Result<Ranks> JoinRanks(const Config& c) {
         "optimizer steps after backward); leave overlap_adam off or use stage 0",
         c.source, what));
   }
-  if (!c.zinf.checkpoint.dir.empty() || !c.zinf.checkpoint.resume.empty()) {
-    return Unimplemented(fmt::format(
-        "{}: checkpoints (zinf.checkpoint.dir, --checkpoint-dir, --resume) of a run across {} "
-        "ranks are not implemented yet: per-rank checkpoints come with the partitioning",
-        c.source, r.env.world));
-  }
   comm::CommOptions o;
   o.timeout = std::chrono::seconds(c.zinf.comm.timeout_seconds);
   o.check_sequence = c.zinf.comm.check_sequence;

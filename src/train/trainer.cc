@@ -79,10 +79,14 @@ Result<uint32_t> StateGenerations(const Config& c, const ckpt::Manifest* resumed
 // ones kept) name extents of the same swap file, which stay untouched until they are pruned.
 Status ProtectKeptCheckpoints(LayerExecutor& ex, const ckpt::Manifest& resumed,
                               const std::vector<std::string>& swap_files) {
-  const std::string root = std::filesystem::path(resumed.dir).parent_path().string();
+  // `resumed`: the state's manifest (a part across ranks, in its checkpoint's directory).
+  std::filesystem::path dir(resumed.dir);
+  if (resumed.rank) dir = dir.parent_path();
+  const std::string root = dir.parent_path().string();
   for (const auto& c : ckpt::Committed(root)) {
     if (c.step >= resumed.step) continue;  // itself (newer ones are refused)
     auto m = ckpt::Read(c.dir);
+    if (m.ok() && m->HasParts()) m = ckpt::ReadPart(*m, resumed.rank.value_or(0));
     if (!m.ok()) {
       Log().warn("train: {} does not read ({}); what it names in the swap file is not kept",
                  c.dir, m.status().ToString());
@@ -98,7 +102,7 @@ Status ProtectKeptCheckpoints(LayerExecutor& ex, const ckpt::Manifest& resumed,
     for (uint32_t u = 0; u < shards.size(); ++u) {
       UnitState st;
       st.unit = u;
-      st.n = ex.dims().UnitParams(u);
+      st.n = shards[u][0]->length / 4;  // the unit's, or this rank's chunk of it
       for (int r = 0; r < offload::kStateRoles; ++r) {
         st.extents[r] = {shards[u][r]->offset, shards[u][r]->length};
       }
@@ -230,10 +234,17 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
         "--init {} with --resume {}: a resume takes the weights from the checkpoint; give one "
         "of them", opt.init_path, ck.resume));
   }
+  // resume_from: the manifest of this rank's state (across ranks, its part of the checkpoint
+  // in resume_dir).
   std::optional<ckpt::Manifest> resume_from;
+  std::string resume_dir;
   TrainerState resumed;
   if (resuming) {
-    ZINF_ASSIGN_OR_RETURN(resume_from, ReadForResume(ck.resume));
+    ZINF_ASSIGN_OR_RETURN(const ckpt::Manifest whole, ReadForResume(ck.resume));
+    resume_dir = whole.dir;
+    ZINF_ASSIGN_OR_RETURN(resume_from, StatePartFor(whole, static_cast<uint32_t>(ranks.rank()),
+                                                    static_cast<uint32_t>(ranks.world()),
+                                                    PartitionRuleOf(c)));
     ZINF_ASSIGN_OR_RETURN(resumed, TrainerStateOf(*resume_from));
     if (resumed.step >= opt.steps) {
       return InvalidArgument(fmt::format(
@@ -302,7 +313,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   if (UsesNvme(c)) {
     std::vector<std::string> swap_dirs = c.zinf.stripe_paths;
     if (swap_dirs.empty()) swap_dirs.push_back(c.SwapDir());
-    ZINF_RETURN_IF_ERROR(CheckSwapFilesFree(swap_dirs, resume_from ? resume_from->dir : ""));
+    ZINF_RETURN_IF_ERROR(CheckSwapFilesFree(swap_dirs, resume_dir));
   }
   // An automatic pinned budget is what this run wants (every shard's host copy and the
   // optimizer's slabs), within what the machine allows: a small model does not lock 2 GiB.
@@ -334,7 +345,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     ZINF_RETURN_IF_ERROR(RestoreOptimizerState(*ex, *resume_from));
     ZINF_RETURN_IF_ERROR(scaler.Restore(resumed.scaler));
     train_data.Seek(resumed.data_position);
-    Log().info("train: resumed from {} (step {}, {} applied, {} skipped)", resume_from->dir,
+    Log().info("train: resumed from {} (step {}, {} applied, {} skipped)", resume_dir,
                resumed.step, resumed.applied, resumed.skipped);
   } else if (!opt.init_path.empty()) {
     ZINF_RETURN_IF_ERROR(LoadWeights(*ex, opt.init_path));
@@ -344,8 +355,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   std::unique_ptr<Checkpointer> checkpointer;
   if (!ck.dir.empty()) {
     std::optional<uint64_t> resumed_step, resumed_elsewhere;
-    if (resume_from && SamePath(
-                           std::filesystem::path(resume_from->dir).parent_path().string(), ck.dir)) {
+    if (resume_from &&
+        SamePath(std::filesystem::path(resume_dir).parent_path().string(), ck.dir)) {
       resumed_step = resumed.step;
     } else if (resume_from) {
       resumed_elsewhere = resumed.step;
@@ -353,7 +364,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     ZINF_ASSIGN_OR_RETURN(checkpointer,
                           Checkpointer::Create({.root = ck.dir,
                                                 .keep = ck.keep,
-                                                .config = c,
+                                                .config = shared,  // not this rank's paths
                                                 .run = {.steps_total = opt.steps,
                                                         .data = AbsolutePath(opt.data_path),
                                                         .val_data = AbsolutePath(opt.val_data_path),
@@ -375,7 +386,12 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                                 .resumed_step = resumed_step,
                                                 .state_generations = eo.state_generations,
                                                 .release_after_first_commit =
-                                                    resumed_elsewhere}));
+                                                    resumed_elsewhere,
+                                                .rank = static_cast<uint32_t>(ranks.rank()),
+                                                .world = static_cast<uint32_t>(ranks.world()),
+                                                .partition = PartitionRuleOf(c),
+                                                .part_timeout_seconds = static_cast<double>(
+                                                    c.zinf.comm.timeout_seconds)}));
     // What Create left of the root's older checkpoints stays untouched until pruned.
     if (resumed_step && eo.optimizer_on_nvme) {
       ZINF_RETURN_IF_ERROR(ProtectKeptCheckpoints(*ex, *resume_from, ex->SwapFilePaths()));

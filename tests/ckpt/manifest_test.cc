@@ -1,5 +1,6 @@
 // ckpt::Manifest: commit and read back, what counts as committed, which files a manifest may
-// name (path escapes refused), and verification naming the first bad shard.
+// name (path escapes refused), verification naming the first bad shard, and checkpoints across
+// ranks (a global manifest naming its parts by hash; the "unit-chunks" rule).
 #include "src/ckpt/manifest.h"
 
 #include <unistd.h>
@@ -218,6 +219,127 @@ TEST(ManifestTest, AManifestNamingAFileOutsideTheCheckpointOrTheRunsSwapFilesIsR
   ASSERT_TRUE(WriteFileAtomically(fresh.dir + "/manifest.json",
                                   R"({"format": "zinf-checkpoint", "format": "x"})").ok());
   EXPECT_NE(Read(fresh.dir).status().message().find("repeated"), std::string::npos);
+}
+
+// The "unit-chunks" rule: ceil(n / world) elements a chunk, the last ones shorter or empty.
+TEST(ManifestTest, UnitChunksSplitEachUnitInRankOrder) {
+  EXPECT_EQ(ChunkOfUnit(10, 4, 0).lo, 0u);
+  EXPECT_EQ(ChunkOfUnit(10, 4, 0).len, 3u);
+  EXPECT_EQ(ChunkOfUnit(10, 4, 3).lo, 9u);
+  EXPECT_EQ(ChunkOfUnit(10, 4, 3).len, 1u);
+  EXPECT_EQ(ChunkOfUnit(10, 4, 3).per, 3u);
+  EXPECT_EQ(ChunkOfUnit(2, 4, 3).len, 0u);  // more ranks than elements: empty chunks
+  EXPECT_EQ(ChunkOfUnit(2, 4, 3).lo, 2u);
+  EXPECT_EQ(ChunkOfUnit(7, 1, 0).len, 7u);
+  for (uint64_t n : {1u, 5u, 64u, 1001u}) {
+    for (uint32_t w : {1u, 2u, 3u, 4u, 7u}) {
+      uint64_t covered = 0;
+      for (uint32_t r = 0; r < w; ++r) {
+        const UnitChunk c = ChunkOfUnit(n, w, r);
+        EXPECT_EQ(c.lo, std::min<uint64_t>(n, covered == n ? n : covered));
+        covered += c.len;
+      }
+      EXPECT_EQ(covered, n) << n << " over " << w;
+    }
+  }
+}
+
+// Two parts in rank<r>/ and the global manifest naming them: read back, each part checked
+// against it, verified through it; what does not fit is refused.
+TEST(ManifestTest, ACheckpointAcrossRanksNamesItsPartsByHash) {
+  TempDir root;
+  const std::string dir = (fs::path(root.path()) / CheckpointDirName(6)).string();
+  Manifest global;
+  global.step = 6;
+  global.model = {{"layers", 1}};
+  global.training = {{"lr", 0.001}};
+  global.data = {{"train", {{"position", 6}}}};
+  global.state = {{"applied_steps", 6}};
+  global.world_size = 2;
+  global.partition = kPartitionUnitChunks;
+  for (uint32_t r = 0; r < 2; ++r) {
+    const Manifest part0 = MakeCheckpoint(root.path() + "/tmp" + std::to_string(r), 6, 1.0f + r);
+    Manifest part = part0;
+    part.world_size = 2;
+    part.partition = kPartitionUnitChunks;
+    part.rank = r;
+    const std::string pdir = dir + "/" + RankPartDirName(r);
+    fs::create_directories(pdir);
+    fs::copy_file(part0.dir + "/host.bin", pdir + "/host.bin");
+    ASSERT_TRUE(Commit(pdir, part).ok());
+    auto text = ReadWholeFile(pdir + "/manifest.json");
+    ASSERT_TRUE(text.ok());
+    global.parts.push_back({r, RankPartDirName(r), Xxh64(text->data(), text->size())});
+  }
+  ASSERT_TRUE(Commit(dir, global).ok());
+  auto g = Read(dir);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(g->HasParts());
+  ASSERT_EQ(g->parts.size(), 2u);
+  auto p1 = ReadPart(*g, 1);
+  ASSERT_TRUE(p1.ok()) << p1.status().ToString();
+  EXPECT_EQ(p1->rank, std::optional<uint32_t>(1));
+  EXPECT_EQ(p1->shards.size(), 2u);
+  int verified = 0;
+  EXPECT_TRUE(Verify(*g, [&](const ShardEntry&) { ++verified; }).ok());
+  EXPECT_EQ(verified, 4);  // both parts'
+  ASSERT_EQ(Committed(root.path()).size(), 1u);  // the parts are not checkpoints of their own
+
+  // A part's manifest changed after the commit: its hash no longer matches.
+  const std::string p1path = dir + "/rank1/manifest.json";
+  const std::string saved = *ReadWholeFile(p1path);
+  std::ofstream(p1path, std::ios::trunc) << saved << "\n";
+  EXPECT_EQ(ReadPart(*g, 1).status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(Verify(*g).ToString().find("not the one committed"), std::string::npos);
+  std::ofstream(p1path, std::ios::trunc) << saved;
+  EXPECT_TRUE(Verify(*g).ok());
+  // A byte of rank 1's data flipped: named by Verify through the global manifest.
+  {
+    std::fstream f(dir + "/rank1/host.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('\x55');
+  }
+  const Status bad = Verify(*g);
+  EXPECT_EQ(bad.code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.ToString().find("rank1/host.bin"), std::string::npos) << bad.ToString();
+  EXPECT_EQ(ReadPart(*g, 2).status().code(), StatusCode::kInvalidArgument);  // no such rank
+
+  // The global manifest edited: every refusal names the field.
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"a part missing", [](auto& j) { j["parts"].erase(1); }, "one per rank"},
+      {"a part elsewhere", [](auto& j) { j["parts"][1]["dir"] = "../x"; }, "expected rank 1 in"},
+      {"an unknown rule", [](auto& j) { j["world"]["partition"] = "rows"; },
+       "partition \"rows\""},
+      {"shards in the global manifest",
+       [](auto& j) {
+         j["files"] = {{{"name", "a.bin"}, {"kind", "data"}, {"bytes", 16}}};
+         j["shards"] = {{{"role", "master"}, {"unit", 0}, {"dtype", "F32"}, {"shape", {4}},
+                         {"file", "a.bin"}, {"offset", 0}, {"length", 16},
+                         {"xxh64", "0000000000000000"}}};
+       },
+       "keeps its files and shards in its parts"},
+      {"a rank outside the world", [](auto& j) { j["world"]["rank"] = 2; }, "world.rank 2"},
+  };
+  const std::string text = *ReadWholeFile(dir + "/manifest.json");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto j = nlohmann::json::parse(text);
+    c.edit(j);
+    std::ofstream(dir + "/manifest.json", std::ios::trunc) << j.dump();
+    auto r = Read(dir);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().ToString().find(c.expect), std::string::npos) << r.status().ToString();
+  }
+  // Parts in a manifest of one rank.
+  const Manifest one = MakeCheckpoint(root.path(), 9);
+  EditManifest(one.dir, [](auto& j) { j["parts"] = nlohmann::json::array(); });
+  EXPECT_NE(Read(one.dir).status().ToString().find("\"parts\" in a manifest of one rank"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,226 @@
+// Checkpoints of a run across ranks (`zinf launch --nproc N -- zinf train --checkpoint-dir`):
+// every rank writes its part (`step-<s>/rank<r>/`), rank 0 commits the checkpoint's manifest
+// once every part is there. A run stopped and resumed on the same world size ends bit for bit
+// as the uninterrupted one (weights, losses), for ZeRO stages 0, 1 and 2 with the state in
+// memory and on NVMe, on 2, 3 and 4 ranks; `zinf ckpt export` consolidates the parts into the same bytes as the
+// run's --save; a checkpoint without its manifest is not one (the previous one resumes); and
+// what cannot resume is refused with the reason: another world size, another partition rule,
+// a part named instead of the checkpoint.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "src/comm/tcp_store.h"
+#include "tests/cli/cli_util.h"
+#include "tests/cli/train_cli_util.h"
+#include "tests/test_util.h"
+
+namespace zinf {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace zinf::testing::train_cli;
+using testing::RunZinf;
+using testing::TempDir;
+
+constexpr int kSteps = 6;
+
+uint16_t FreePort() {
+  auto s = comm::TcpStoreServer::Start("127.0.0.1", 0);
+  return s.ok() ? (*s)->port() : 0;
+}
+
+std::string Launch(int n) {
+  return "launch --nproc " + std::to_string(n) + " --grace 2 --master-port " +
+         std::to_string(FreePort()) + " -- " + ZINF_BINARY + " ";
+}
+
+// The losses file's records without the step times, in order.
+std::vector<std::string> LossRecords(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  for (const std::string& path : paths) {
+    for (const auto& line : Lines(ReadFile(path))) {
+      auto j = nlohmann::json::parse(line);
+      j.erase("seconds");
+      out.push_back(j.dump());
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> StepDirs(const std::string& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (e.path().filename().string().starts_with("step-")) out.push_back(e.path().filename());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string Config(const TempDir& dir, int stage) {
+  const std::string path = dir / ("stage" + std::to_string(stage) + ".json");
+  std::ofstream(path) << R"({"zero_optimization": {"stage": )" << stage << "}}";
+  return " --config " + path;
+}
+
+struct Case {
+  const char* name;
+  int stage;
+  const char* offload;
+  int world = 2;
+};
+
+class RanksResumeTest : public ::testing::TestWithParam<Case> {};
+
+// Checkpoints every 2 steps, stopped after step 4 (committed at 2 and 4), resumed to 6 with
+// no flags but --resume (the config comes from the checkpoint; each rank its own paths).
+TEST_P(RanksResumeTest, IsBitwiseTheUninterruptedRun) {
+  const Case& k = GetParam();
+  TempDir dir;
+  const std::string job = Tiny(kSteps) + Config(dir, k.stage) + " --offload " + k.offload;
+  const std::string parts_listed = "in " + std::to_string(k.world) + " parts";
+  auto ref = RunZinf(Launch(k.world) + job + " --swap-dir " + dir / "sw-ref" + " --losses " +
+                         dir / "ref.jsonl" + " --save " + dir / "ref.safetensors",
+                     dir.path());
+  ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+
+  const std::string root = dir / "ckpt";
+  auto first = RunZinf(Launch(k.world) + job + " --swap-dir " + dir / "sw" +
+                           " --checkpoint-dir " +
+                           root + " --checkpoint-every 2 --stop-after 4 --losses " +
+                           dir / "a.jsonl",
+                       dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_NE(first.out.find("checkpoints: 2 committed"), std::string::npos) << first.out;
+  // keep 1: the checkpoint of step 2 pruned, step 4's whole: its manifest and both parts.
+  EXPECT_EQ(StepDirs(root), std::vector<std::string>{"step-0000000004"});
+  const fs::path step4 = fs::path(root) / "step-0000000004";
+  EXPECT_TRUE(fs::exists(step4 / "manifest.json"));
+  for (int r = 0; r < k.world; ++r) {
+    EXPECT_TRUE(fs::exists(step4 / ("rank" + std::to_string(r)) / "manifest.json")) << r;
+  }
+  auto global = nlohmann::json::parse(ReadFile(step4 / "manifest.json"));
+  EXPECT_EQ(global["world"]["size"], k.world);
+  EXPECT_EQ(global["world"]["partition"], k.stage == 0 ? "replicated" : "unit-chunks");
+  EXPECT_EQ(global["parts"].size(), static_cast<size_t>(k.world));
+  EXPECT_TRUE(global["shards"].empty());
+
+  auto second = RunZinf(Launch(k.world) + "train --resume " + root + " --losses " +
+                            dir / "b.jsonl" +
+                            " --save " + dir / "b.safetensors",
+                        dir.path());
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_NE(second.out.find("(resumed from step 4)"), std::string::npos) << second.out;
+  EXPECT_EQ(LossRecords({dir / "a.jsonl", dir / "b.jsonl"}), LossRecords({dir / "ref.jsonl"}));
+  const std::string weights = ReadFile(dir / "ref.safetensors");
+  ASSERT_FALSE(weights.empty());
+  EXPECT_TRUE(ReadFile(dir / "b.safetensors") == weights) << "final weights differ";
+
+  // The parts consolidated: the final checkpoint's F32 export is the run's --save.
+  EXPECT_EQ(StepDirs(root), std::vector<std::string>{"step-0000000006"});
+  auto exp = RunZinf("ckpt export " + root + " --out " + dir / "x.safetensors", dir.path());
+  ASSERT_EQ(exp.exit_code, 0) << exp.out << exp.err;
+  EXPECT_TRUE(ReadFile(dir / "x.safetensors") == weights) << "the export differs from --save";
+  auto verify = RunZinf("ckpt verify " + root, dir.path());
+  EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  auto inspect = RunZinf("ckpt inspect " + root, dir.path());
+  EXPECT_NE(inspect.out.find(parts_listed), std::string::npos) << inspect.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(StagesAndPlacements, RanksResumeTest,
+                         ::testing::Values(Case{"stage0_cpu", 0, "cpu"},
+                                           Case{"stage1_nvme", 1, "nvme"},
+                                           Case{"stage2_cpu", 2, "cpu"},
+                                           Case{"stage2_nvme", 2, "nvme"},
+                                           Case{"stage0_nvme_overlap", 0, "nvme --overlap-adam"},
+                                           Case{"stage1_cpu_4ranks", 1, "cpu", 4},
+                                           Case{"stage2_nvme_3ranks", 2, "nvme", 3}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// A checkpoint whose manifest rank 0 never committed is not one: the resume takes the previous
+// and still ends as the uninterrupted run. A part changed after the commit is refused by its
+// hash, and a rank's state corrupted in its part is named.
+TEST(RanksCheckpointTest, AnUncommittedCheckpointIsSkippedAndADamagedPartIsNamed) {
+  TempDir dir;
+  const std::string job = Tiny(kSteps) + Config(dir, 1) + " --offload cpu";
+  auto ref = RunZinf(Launch(2) + job + " --save " + dir / "ref.safetensors", dir.path());
+  ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+  const std::string root = dir / "ckpt";
+  auto first = RunZinf(Launch(2) + job + " --checkpoint-dir " + root +
+                           " --checkpoint-every 2 --keep-checkpoints 2 --stop-after 4",
+                       dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  ASSERT_EQ(StepDirs(root), (std::vector<std::string>{"step-0000000002", "step-0000000004"}));
+  // As if rank 0 died before committing step 4: its parts are there, its manifest is not.
+  fs::remove(fs::path(root) / "step-0000000004" / "manifest.json");
+  auto second = RunZinf(Launch(2) + "train --resume " + root + " --save " +
+                            dir / "b.safetensors",
+                        dir.path());
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_NE(second.out.find("(resumed from step 2)"), std::string::npos) << second.out;
+  EXPECT_TRUE(ReadFile(dir / "b.safetensors") == ReadFile(dir / "ref.safetensors"));
+
+  // The final checkpoint's rank-1 part edited: its hash no longer matches the manifest's.
+  const fs::path last = fs::path(root) / "step-0000000006";
+  const std::string part = last / "rank1" / "manifest.json";
+  std::string text = ReadFile(part);
+  ASSERT_FALSE(text.empty());
+  std::ofstream(part, std::ios::trunc) << text << " ";
+  auto bad = RunZinf("ckpt verify " + root, dir.path());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("rank1/manifest.json"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("not the one committed"), std::string::npos) << bad.err;
+  std::ofstream(part, std::ios::trunc) << text;
+  // A byte of rank 1's state flipped: verify names the shard and its file.
+  const std::string state = last / "rank1" / "state.bin";
+  {
+    std::fstream f(state, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x7f');
+  }
+  auto corrupt = RunZinf("ckpt verify " + root, dir.path());
+  EXPECT_NE(corrupt.exit_code, 0);
+  EXPECT_NE(corrupt.err.find("rank1/state.bin"), std::string::npos) << corrupt.err;
+}
+
+// What cannot resume is refused on every rank, naming the reason and what to do.
+TEST(RanksCheckpointTest, AnotherWorldSizeOrPartitionIsRefused) {
+  TempDir dir;
+  const std::string root = dir / "ckpt";
+  auto first = RunZinf(Launch(2) + Tiny(4) + Config(dir, 1) + " --offload cpu" +
+                           " --checkpoint-dir " + root + " --checkpoint-every 2 --stop-after 2",
+                       dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  // One rank.
+  auto one = RunZinf("train --resume " + root, dir.path());
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_NE(one.err.find("written by 2 rank(s) and this run has 1"), std::string::npos)
+      << one.err;
+  EXPECT_NE(one.err.find("zinf ckpt export"), std::string::npos) << one.err;
+  // Three ranks.
+  auto three = RunZinf(Launch(3) + "train --resume " + root, dir.path());
+  EXPECT_NE(three.exit_code, 0);
+  EXPECT_NE(three.err.find("written by 2 rank(s) and this run has 3"), std::string::npos)
+      << three.out << three.err;
+  // Stage 0 over a stage 1 checkpoint.
+  auto stage0 = RunZinf(Launch(2) + "train --resume " + root + Config(dir, 0), dir.path());
+  EXPECT_NE(stage0.exit_code, 0);
+  EXPECT_NE(stage0.err.find("partitioned \"unit-chunks\" and this run's would be "
+                            "\"replicated\""),
+            std::string::npos)
+      << stage0.out << stage0.err;
+  // A part named instead of its checkpoint.
+  auto part = RunZinf(Launch(2) + "train --resume " + root + "/step-0000000002/rank0",
+                      dir.path());
+  EXPECT_NE(part.exit_code, 0);
+  EXPECT_NE(part.err.find("rank 0's part of a checkpoint across 2 ranks"), std::string::npos)
+      << part.out << part.err;
+}
+
+}  // namespace
+}  // namespace zinf
