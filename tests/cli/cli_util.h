@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,25 @@ inline pid_t SpawnZinf(std::vector<std::string> args, const std::string& err_pat
   }
   *out_fd = p[0];
   return pid;
+}
+
+// The words of `s` (split at white space): arguments for SpawnZinf.
+inline std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> r;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) r.push_back(w);
+  return r;
+}
+
+// Reads fd to its end and closes it.
+inline std::string Drain(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t got; (got = read(fd, buf, sizeof buf)) > 0;) {
+    out.append(buf, static_cast<size_t>(got));
+  }
+  close(fd);
+  return out;
 }
 
 }  // namespace zinf::testing

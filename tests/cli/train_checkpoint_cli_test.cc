@@ -34,7 +34,9 @@ namespace zinf {
 namespace {
 
 using namespace zinf::testing::train_cli;
+using testing::Drain;
 using testing::RunZinf;
+using testing::Split;
 using testing::TempDir;
 namespace fs = std::filesystem;
 
@@ -323,13 +325,6 @@ TEST(CheckpointFlagsTest, AnotherRunDoesNotEmptyASwapFileACheckpointNames) {
   EXPECT_EQ(third.exit_code, 0) << third.err;
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> r;
-  std::istringstream in(s);
-  for (std::string w; in >> w;) r.push_back(w);
-  return r;
-}
-
 // Reads the child's stdout until `n` progress lines have appeared (or EOF); returns the text.
 std::string ReadUntilSteps(int fd, size_t n, std::chrono::seconds limit) {
   std::string out;
@@ -342,14 +337,6 @@ std::string ReadUntilSteps(int fd, size_t n, std::chrono::seconds limit) {
     if (got <= 0) break;
     out.append(buf, static_cast<size_t>(got));
   }
-  return out;
-}
-
-std::string Drain(int fd) {
-  std::string out;
-  char buf[4096];
-  for (ssize_t got; (got = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(got));
-  close(fd);
   return out;
 }
 

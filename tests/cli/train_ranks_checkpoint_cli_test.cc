@@ -5,12 +5,23 @@
 // memory and on NVMe, on 2, 3 and 4 ranks; `zinf ckpt export` consolidates the parts into the same bytes as the
 // run's --save; a checkpoint without its manifest is not one (the previous one resumes); and
 // what cannot resume is refused with the reason: another world size, another partition rule,
-// a part named instead of the checkpoint.
+// a part named instead of the checkpoint. A rank killed at random moments (start-up, a step,
+// a commit) ends the run; resumed each time from the last whole checkpoint, the run still ends
+// as the uninterrupted one. SIGTERM to the launcher stops every rank after the same step with a
+// checkpoint, exit 0.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
 #include <filesystem>
+#include <map>
+#include <random>
+#include <thread>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -24,7 +35,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace zinf::testing::train_cli;
+using testing::Drain;
 using testing::RunZinf;
+using testing::Split;
 using testing::TempDir;
 
 constexpr int kSteps = 6;
@@ -220,6 +233,149 @@ TEST(RanksCheckpointTest, AnotherWorldSizeOrPartitionIsRefused) {
   EXPECT_NE(part.exit_code, 0);
   EXPECT_NE(part.err.find("rank 0's part of a checkpoint across 2 ranks"), std::string::npos)
       << part.out << part.err;
+}
+
+// The ranks `zinf launch` (pid) started: its children.
+std::vector<pid_t> Children(pid_t parent) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return out;
+}
+
+std::vector<std::string> Committed(const std::string& root) {
+  std::vector<std::string> out;
+  for (const std::string& d : StepDirs(root)) {
+    if (fs::exists(fs::path(root) / d / "manifest.json")) out.push_back(d);
+  }
+  return out;
+}
+
+// Two ranks of stage 1 with a checkpoint after every step; one rank (chosen at random) killed
+// with SIGKILL after a random time, eight times, each run resumed from the last committed
+// checkpoint (or started afresh when there is none); then run to the end.
+TEST(RanksCheckpointKillTest, RandomRankKillsThenResumeMatchTheUninterruptedRun) {
+  for (const std::string placement : {"--offload nvme", "--offload cpu"}) {
+    SCOPED_TRACE(placement);
+    TempDir dir;
+    constexpr int kKillSteps = 100;
+    const std::string job = Tiny(kKillSteps) + Config(dir, 1) + " " + placement;
+    auto ref = RunZinf(Launch(2) + job + " --swap-dir " + dir / "sw-ref" + " --losses " +
+                           dir / "ref.jsonl" + " --save " + dir / "ref.safetensors",
+                       dir.path());
+    ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+    const std::vector<std::string> ref_losses = LossRecords({dir / "ref.jsonl"});
+    ASSERT_EQ(ref_losses.size(), static_cast<size_t>(kKillSteps));
+    const std::string root = dir / "ckpt";
+    std::mt19937_64 rng(placement.size() * 7919 + 3);
+    std::map<uint64_t, std::string> seen;  // step -> its losses record, from every run
+    bool complete = false;
+    int kills = 0;
+    for (int attempt = 0; attempt < 9 && !complete; ++attempt) {
+      const auto committed = Committed(root);
+      const std::string losses = dir / ("l" + std::to_string(attempt) + ".jsonl");
+      const std::string args =
+          (committed.empty() ? job + " --swap-dir " + dir / "sw" + " --checkpoint-dir " + root +
+                                   " --checkpoint-every 1"
+                             : "train --resume " + root) +
+          " --losses " + losses + " --save " + dir / "w.safetensors";
+      if (!committed.empty() && committed.back() == fmt::format("step-{:010}", kKillSteps)) {
+        complete = true;  // killed after its last commit
+        break;
+      }
+      int fd = -1;
+      const pid_t pid = testing::SpawnZinf(Split(Launch(2) + args), dir / "err.txt", &fd);
+      ASSERT_GT(pid, 0);
+      bool killed = false;
+      if (attempt < 8) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30 + rng() % 500));
+        const auto ranks = Children(pid);
+        if (!ranks.empty()) killed = kill(ranks[rng() % ranks.size()], SIGKILL) == 0;
+      }
+      const std::string out = Drain(fd);
+      int status = 0;
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFEXITED(status));
+      if (WEXITSTATUS(status) == 0) {
+        complete = true;
+      } else {
+        ASSERT_TRUE(killed) << "failed without a kill:\n" << out << ReadFile(dir / "err.txt");
+        ++kills;
+      }
+      if (fs::exists(losses)) {
+        for (const std::string& rec : LossRecords({losses})) {
+          const uint64_t step = nlohmann::json::parse(rec)["step"].get<uint64_t>();
+          EXPECT_EQ(rec, ref_losses.at(step - 1)) << "step " << step << " after a kill";
+          seen[step] = rec;
+        }
+      }
+    }
+    ASSERT_TRUE(complete) << "never completed";
+    std::printf("%s: %d runs with a rank killed before one completed\n", placement.c_str(),
+                kills);
+    EXPECT_GE(kills, 1) << "no kill landed: the test checked nothing";
+    EXPECT_EQ(seen.size(), static_cast<size_t>(kKillSteps));
+    if (fs::exists(dir / "w.safetensors")) {
+      EXPECT_TRUE(ReadFile(dir / "w.safetensors") == ReadFile(dir / "ref.safetensors"));
+    }
+    auto exp = RunZinf("ckpt export " + root + " --out " + dir / "x.safetensors", dir.path());
+    ASSERT_EQ(exp.exit_code, 0) << exp.err;
+    EXPECT_TRUE(ReadFile(dir / "x.safetensors") == ReadFile(dir / "ref.safetensors"));
+  }
+}
+
+// SIGTERM to the launcher reaches every rank; they agree to stop after the same step, commit a
+// checkpoint of it, and exit 0; the resume runs to the end as the uninterrupted run.
+TEST(RanksCheckpointSignalTest, SigtermStopsEveryRankAfterTheSameStepWithACheckpoint) {
+  TempDir dir;
+  const std::string job = Tiny(60) + Config(dir, 2) + " --offload nvme";
+  auto ref = RunZinf(Launch(2) + job + " --swap-dir " + dir / "sw-ref" + " --save " +
+                         dir / "ref.safetensors",
+                     dir.path());
+  ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+  const std::string root = dir / "ckpt";
+  int fd = -1;
+  const pid_t pid = testing::SpawnZinf(
+      Split(Launch(2) + job + " --swap-dir " + dir / "sw" + " --checkpoint-dir " + root +
+            " --losses " + dir / "a.jsonl"),
+      dir / "err.txt", &fd);
+  ASSERT_GT(pid, 0);
+  // Until rank 0 has logged a few steps.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (!fs::exists(dir / "a.jsonl") || Lines(ReadFile(dir / "a.jsonl")).size() < 3)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  const std::string out = Drain(fd);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << out << ReadFile(dir / "err.txt");
+  const size_t steps = Lines(ReadFile(dir / "a.jsonl")).size();
+  const auto committed = Committed(root);
+  ASSERT_EQ(committed.size(), 1u) << out;
+  EXPECT_EQ(committed.back(), fmt::format("step-{:010}", steps));
+  EXPECT_LT(steps, 60u) << "the signal did not stop the run";
+  auto resumed = RunZinf(Launch(2) + "train --resume " + root + " --save " +
+                             dir / "b.safetensors",
+                         dir.path());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_TRUE(ReadFile(dir / "b.safetensors") == ReadFile(dir / "ref.safetensors"));
 }
 
 }  // namespace
