@@ -26,9 +26,15 @@ uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t 
     total += o.pipeline_slabs * page(offload::OptimizerPipeline::SlabBytes(max_n, align));
   }
   if (grad_elem == 4) total += 2 * page(2 * max_n);  // the hand-overs' staging blocks
+  const bool zero3 = reduce && o.partition_optimizer && o.partition_grads && o.partition_params;
+  const auto world = static_cast<uint32_t>(reduce ? o.comm->world() : 1);
+  uint64_t max_per = 0;
   for (uint32_t u = 0; u < d.units(); ++u) {
-    total += pad(Param16Bytes(d.UnitParams(u))) + pad(grad_elem * d.UnitParams(u));
+    const uint64_t per = ckpt::ChunkOfUnit(d.UnitParams(u), world, 0).per;
+    max_per = std::max(max_per, per);
+    total += pad(Param16Bytes(zero3 ? per : d.UnitParams(u))) + pad(grad_elem * d.UnitParams(u));
   }
+  if (zero3) total += page(Param16Bytes(max_per * world));  // the gathered unit
   return total;
 }
 
@@ -44,6 +50,7 @@ LayerExecutor::~LayerExecutor() {
   pipeline_.reset();
   rt_.arena->Free(arena_).IgnoreError();
   rt_.device->FreePinned(host_io_).IgnoreError();
+  rt_.pool->Free(gathered_host_).IgnoreError();
 }
 
 Result<std::unique_ptr<LayerExecutor>> LayerExecutor::Create(OffloadRuntime& rt,
@@ -79,6 +86,12 @@ LayerExecutor::Chunk LayerExecutor::ChunkOf(uint32_t unit) const {
 
 uint64_t LayerExecutor::StateElems(uint32_t unit) const { return ChunkOf(unit).len; }
 
+uint64_t LayerExecutor::Param16ShardBytes() const {
+  uint64_t b = 0;
+  for (offload::ShardId id : p16_) b += rt_.tiers->spec(id).bytes;
+  return b;
+}
+
 uint64_t LayerExecutor::GradShardBytes() const {
   uint64_t b = 0;
   for (offload::ShardId id : grad_) b += rt_.tiers->spec(id).bytes;
@@ -94,6 +107,7 @@ uint64_t LayerExecutor::StateParams() const {
 Status LayerExecutor::Setup() {
   partitioned_ = options_.partition_optimizer && ReducesGrads();
   partitioned_grads_ = partitioned_ && options_.partition_grads;
+  partitioned_params_ = partitioned_grads_ && options_.partition_params;
   if (partitioned_grads_) {
     // ZeRO-2: a hand-over's staged 16-bit gradient (padded to world chunks with zeros, so the
     // padding sums to zero) reduce-scattered into this rank's chunk of the sum, in fp32.
@@ -127,6 +141,9 @@ Status LayerExecutor::Setup() {
   }
   ZINF_RETURN_IF_ERROR(RegisterShards());
   ZINF_RETURN_IF_ERROR(CheckPinnedBudget());
+  if (partitioned_params_) {
+    ZINF_ASSIGN_OR_RETURN(gathered_host_, rt_.pool->Allocate(Param16Bytes(gather16_.size())));
+  }
   uint64_t max_n = dims_.MaxUnitParams();
   // ZeRO-2 stages a unit's gradient padded to world equal chunks.
   uint64_t max_staged = max_n;
@@ -162,8 +179,9 @@ offload::SealOptions LayerExecutor::SealPlan() const {
   constexpr int kDev = static_cast<int>(Tier::kDevice), kHost = static_cast<int>(Tier::kHost);
   constexpr int kP16 = static_cast<int>(offload::Role::kParam16);
   constexpr int kGrad = static_cast<int>(offload::Role::kGrad);
-  // FetchWeights holds one unit's 16-bit weights on the device at a time.
-  o.max_leases[kDev][kP16] = 1;
+  // FetchWeights holds one unit's 16-bit weights on the device at a time (ZeRO-3: this rank's
+  // chunk of it in the host tier, for the all-gather).
+  o.max_leases[partitioned_params_ ? kHost : kDev][kP16] = 1;
   // Gradients in the host tier: the hand-overs in flight during backward, or the optimizer
   // pipeline's two (a unit's and the next one's) under the forward; never both at once
   // (ForwardBackward finishes the optimizer step before backward, and the overlapped Adam waits
@@ -190,18 +208,21 @@ Status LayerExecutor::CheckPinnedBudget() const {
   const uint64_t staging =
       GradType() == kernels::DType::kF32 ? kHandOverDepth * pool.BlockBytes(2 * max_n) : 0;
   const uint64_t copies = rt_.tiers->MinimumSealBytes(SealPlan()).host_bytes;
-  const uint64_t need = homed + slabs + staging + copies;
+  // ZeRO-3: the gathered unit (world chunks of the largest).
+  const uint64_t gathered = partitioned_params_ ? pool.BlockBytes(Param16Bytes(gather16_.size())) : 0;
+  const uint64_t need = homed + slabs + staging + copies + gathered;
   if (need <= pool.budget_bytes()) return Status::Ok();
   return ResourceExhausted(fmt::format(
       "zinf.budgets.pinned_bytes: {} bytes ({}) cannot hold what a step needs at once: {} bytes "
       "({}) in all = shards homed in pinned memory {} + the optimizer pipeline's {} slabs {} + "
       "gradient staging {} + the shard copies in use at once {} ({} for each size of shard, "
-      "plus one copy in transfer); raise zinf.budgets.pinned_bytes to at least {}{}",
+      "plus one copy in transfer) + the gathered unit (ZeRO-3) {}; raise "
+      "zinf.budgets.pinned_bytes to at least {}{}",
       pool.budget_bytes(), FormatBytesHuman(pool.budget_bytes()), need, FormatBytesHuman(need),
       homed, options_.optimizer_on_nvme ? options_.pipeline_slabs : 0, slabs, staging, copies,
       options_.optimizer_on_nvme ? "the optimizer's two gradient leases"
                                  : "the gradient hand-overs in flight",
-      need, options_.optimizer_on_nvme ? " or lower zinf.pipeline_depth" : ""));
+      gathered, need, options_.optimizer_on_nvme ? " or lower zinf.pipeline_depth" : ""));
 }
 
 Status LayerExecutor::SealTiers() { return rt_.tiers->Seal(SealPlan()); }
@@ -216,6 +237,8 @@ Status LayerExecutor::RegisterShards() {
     // unit, padded to world equal chunks with ZeRO-1: reduce-scattered in place).
     const Chunk chunk = ChunkOf(u);
     const uint64_t sn = chunk.len;
+    // The 16-bit weights' elements: the unit, or with ZeRO-3 this rank's chunk (padded).
+    const uint64_t pn = partitioned_params_ ? chunk.per : n;
     const uint64_t gn = partitioned_grads_ ? chunk.per
                         : partitioned_     ? chunk.per * static_cast<uint64_t>(options_.comm->world())
                                            : n;
@@ -228,7 +251,7 @@ Status LayerExecutor::RegisterShards() {
       ZINF_ASSIGN_OR_RETURN(ou.master, sw.Allocate(4 * sn));
       ZINF_ASSIGN_OR_RETURN(ou.exp_avg, sw.Allocate(4 * sn));
       ZINF_ASSIGN_OR_RETURN(ou.exp_avg_sq, sw.Allocate(4 * sn));
-      ZINF_ASSIGN_OR_RETURN(p16_home, sw.Allocate(Param16Bytes(n)));
+      ZINF_ASSIGN_OR_RETURN(p16_home, sw.Allocate(Param16Bytes(pn)));
       // ZeRO-1: the pipeline updates a chunk and writes no 16-bit weights home (the gathered
       // unit is, by GatherParam16).
       if (!partitioned_) ou.param16 = p16_home;
@@ -237,12 +260,12 @@ Status LayerExecutor::RegisterShards() {
       exp_avg_.emplace_back(sn);
       exp_avg_sq_.emplace_back(sn);
       if (p16_nvme) {
-        ZINF_ASSIGN_OR_RETURN(p16_home, rt_.swap->Allocate(Param16Bytes(n)));
+        ZINF_ASSIGN_OR_RETURN(p16_home, rt_.swap->Allocate(Param16Bytes(pn)));
         ou.param16 = p16_home;
       }
     }
     offload::ShardSpec p{.name = dims_.UnitName(u) + ".param16", .unit = u,
-                         .role = offload::Role::kParam16, .bytes = Param16Bytes(n),
+                         .role = offload::Role::kParam16, .bytes = Param16Bytes(pn),
                          .home = p16_nvme ? Tier::kNvme : Tier::kHost};
     if (p16_nvme) p.home_extent = p16_home;
     ZINF_ASSIGN_OR_RETURN(offload::ShardId pid, tm.Register(p));
@@ -311,7 +334,10 @@ Status LayerExecutor::AllocateDevice() {
   };
   // One unit's 16-bit gradient for the hand-over.
   const uint64_t g16_bytes = (2 * d.MaxUnitParams() + 255) / 256 * 256;
-  uint64_t total = token_floats * 4 + g16_bytes;
+  // ZeRO-3: the gathered 16-bit weights of a unit (world chunks of the largest).
+  const uint64_t gathered_bytes =
+      partitioned_params_ ? (Param16Bytes(gather16_.size()) + 255) / 256 * 256 : 0;
+  uint64_t total = token_floats * 4 + g16_bytes + gathered_bytes;
   for (auto& p : parts) total += (p.elems * 4 + 255) / 256 * 256;
   stats_.device_buffer_bytes = total;
   // Everything the device budget must hold at once, checked before anything is taken: the
@@ -347,6 +373,7 @@ Status LayerExecutor::AllocateDevice() {
     *p.ptr = reinterpret_cast<float*>(base + off);
     off += (p.elems * 4 + 255) / 256 * 256;
   }
+  if (partitioned_params_) gathered_dev_ = base + off;
   ZINF_RETURN_IF_ERROR(be_.Reserve(N));  // within what was counted above
   ZINF_ASSIGN_OR_RETURN(host_io_, rt_.device->AllocatePinned(std::max<uint64_t>(12 * N, 4096)));
   return Status::Ok();

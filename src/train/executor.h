@@ -113,6 +113,13 @@ struct ExecutorOptions {
   // accumulator's thread; bf16 or fp16 on the wire, summed in fp32 in rank order) and the rank
   // accumulates its chunk of the sum.
   bool partition_grads = false;
+  // ZeRO-3 (with partition_grads): the 16-bit weights are partitioned too. Each rank's param16
+  // shard of a unit holds its chunk (2 bytes a parameter / world, padded to equal chunks), paged
+  // through its tiers as any shard; before a unit's forward and again before its backward the
+  // chunks are all-gathered (in the pinned pool) and copied to one device buffer of the largest
+  // unit, widened, and dropped: nothing of a unit stays on the device past its use (FSDP's
+  // reshard_after_forward). The optimizer writes each rank's new chunk home, no gather.
+  bool partition_params = false;
 };
 
 // One unit's optimizer state as a checkpoint records it: on NVMe (extents of the run's swap
@@ -261,6 +268,9 @@ class LayerExecutor {
   ExecutorStats stats() const { return stats_; }
   // The parameters whose optimizer state this rank holds (all of them but with ZeRO-1/2).
   uint64_t StateParams() const;
+  // The bytes of this rank's 16-bit weight shards (the whole units', or with ZeRO-3 its
+  // chunks').
+  uint64_t Param16ShardBytes() const;
   // The bytes of this rank's gradient shards (fp32 or 16-bit, the unit's or, with ZeRO-2, its
   // chunk's).
   uint64_t GradShardBytes() const;
@@ -301,8 +311,11 @@ class LayerExecutor {
   // The optimizer state's elements of a unit on this rank (its chunk, or the whole unit).
   uint64_t StateElems(uint32_t unit) const;
   // ZeRO-1: this rank's new 16-bit weights of a unit (chunk.len values) all-gathered into the
-  // whole unit and written home (every rank calls it for the same unit).
+  // whole unit and written home (every rank calls it for the same unit). ZeRO-3: the chunk
+  // (padded with zeros) written home alone.
   Status GatherParam16(uint32_t unit, const void* chunk16);
+  // ZeRO-3: FetchWeights' path: the chunks all-gathered, copied to the device, widened.
+  Status FetchGathered(uint32_t unit, float* dst);
   // ZeRO-1: one unit's optimizer step on this rank's chunk (NVMe or memory).
   Status StepChunk(uint32_t unit, const kernels::AdamHyper& hyper,
                    offload::OptimizerStepStats* st);
@@ -377,6 +390,12 @@ class LayerExecutor {
   std::vector<uint16_t> p16_staging_;  // host path: the new param16 of one unit
   bool partitioned_ = false;
   bool partitioned_grads_ = false;  // ZeRO-2
+  bool partitioned_params_ = false;  // ZeRO-3
+  // ZeRO-3: the all-gathered 16-bit weights of a unit (world chunks of the largest), in the
+  // pinned pool and on the device; the event after the last copy out of the pinned one.
+  offload::PinnedBlock gathered_host_;
+  void* gathered_dev_ = nullptr;
+  Event gathered_copied_;
   offload::HandOver::ReduceFn reduce_fn_;  // ZeRO-2: runs on the accumulator's thread
   std::atomic<uint64_t> reduce_sent_bytes_{0};  // ... and counts there
   std::atomic<uint64_t> reduce_nanos_{0};

@@ -98,7 +98,12 @@ Result<double> LayerExecutor::SumOverRanks(double partial) {
 Status LayerExecutor::GatherParam16(uint32_t unit, const void* chunk16) {
   const Chunk c = ChunkOf(unit);
   uint16_t* own = gather16_.data() + c.lo;  // lo = rank * per (every chunk is non-empty)
-  if (chunk16 != own) std::memcpy(own, chunk16, 2 * c.len);
+  if (chunk16 != own) std::memmove(own, chunk16, 2 * c.len);
+  if (partitioned_params_) {
+    // ZeRO-3: the shard is the chunk, padded with zeros to `per` values.
+    std::fill(own + c.len, own + c.per, uint16_t{0});
+    return rt_.tiers->WriteHome(p16_[unit], own);
+  }
   const auto t0 = Clock::now();
   ZINF_RETURN_IF_ERROR(
       options_.comm->AllGather(own, gather16_.data(), c.per, comm::DType::kBf16).Wait()
@@ -163,6 +168,39 @@ Status LayerExecutor::StepChunk(uint32_t u, const kernels::AdamHyper& hyper,
   ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
   ZINF_RETURN_IF_ERROR(s);
   return GatherParam16(u, gather16_.data() + c.lo);
+}
+
+Status LayerExecutor::FetchGathered(uint32_t unit, float* dst) {
+  offload::TierManager& tm = *rt_.tiers;
+  Device& dev = *rt_.device;
+  const Chunk c = ChunkOf(unit);
+  const uint64_t n = dims_.UnitParams(unit);
+  const auto t0 = Clock::now();
+  // The pinned buffer is free once the previous unit's copy out of it is done.
+  if (gathered_copied_.recorded()) {
+    ZINF_RETURN_IF_ERROR(dev.EventSynchronize(gathered_copied_));
+    gathered_copied_ = Event();
+  }
+  ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16_[unit], Tier::kHost));
+  auto own = lease.Wait();
+  Status s = own.status();
+  auto* all = reinterpret_cast<uint16_t*>(gathered_host_.data);
+  if (s.ok()) {
+    const auto g0 = Clock::now();
+    s = options_.comm->AllGather(*own, all, c.per, comm::DType::kBf16)
+            .Wait()
+            .WithContext(fmt::format("all-gathering the weights of {} (ZeRO-3)",
+                                     dims_.UnitName(unit)));
+    stats_.comm_seconds += Since(g0);
+  }
+  ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
+  ZINF_RETURN_IF_ERROR(s);
+  ZINF_RETURN_IF_ERROR(dev.CopyToDevice(compute_, gathered_dev_, all, Param16Bytes(n)));
+  ZINF_ASSIGN_OR_RETURN(gathered_copied_, dev.Record(compute_));
+  // The CUDA backend's widening follows the copy on its stream; the CPU backend waits here.
+  ZINF_RETURN_IF_ERROR(ComputeWaits(be_.RunsOnCallingThread() ? gathered_copied_ : Event()));
+  stats_.stall_seconds += Since(t0);
+  return be_.Widen(dst, gathered_dev_, options_.param16_type, n);
 }
 
 }  // namespace zinf::train

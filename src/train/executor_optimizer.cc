@@ -76,6 +76,8 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
     std::fill(exp_avg_[unit].begin(), exp_avg_[unit].end(), 0.0f);
     std::fill(exp_avg_sq_[unit].begin(), exp_avg_sq_[unit].end(), 0.0f);
   }
+  // ZeRO-3: this rank's chunk alone (no collective: each rank has the whole unit here).
+  if (partitioned_params_) return GatherParam16(unit, p16 + c.lo);
   return rt_.tiers->WriteHome(p16_[unit], p16);
 }
 

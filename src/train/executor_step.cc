@@ -19,6 +19,7 @@ using namespace detail;  // NOLINT: the executor's own helpers
 Status LayerExecutor::FetchWeights(uint32_t unit, float* dst) {
   offload::TierManager& tm = *rt_.tiers;
   WaitUnitWritten(unit);
+  if (partitioned_params_) return FetchGathered(unit, dst);
   auto t0 = Clock::now();
   ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16_[unit], Tier::kDevice));
   // No host wait for the copy itself: the widening waits for the h2d on the compute stream (the
@@ -176,6 +177,14 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   stats_.compute_seconds += Since(t0);
   ZINF_RETURN_IF_ERROR(hand_over(fin, gbuf_));
   for (int l = d.L - 1; l >= 0; --l) {
+    if (partitioned_params_) {
+      // ZeRO-3: the all-gather below and the accumulator thread's reduce-scatter of the unit
+      // just handed over must reach the communicator in the same order on every rank: the
+      // hand-over first.
+      auto w0 = Clock::now();
+      ZINF_RETURN_IF_ERROR(accumulator_->WaitIdle().status());
+      stats_.grad_seconds += Since(w0);
+    }
     ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_));
     t0 = Clock::now();
     const BlockView<const float> w = ViewBlock<const float>(wbuf_, d);

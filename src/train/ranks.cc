@@ -27,13 +27,14 @@ Result<Ranks> JoinRanks(const Config& c) {
           ? fmt::format("zero_optimization.stage {}", c.Stage())
           : fmt::format("zinf.sharding_strategy {} (stage {})", c.zinf.sharding_strategy,
                         c.Stage());
-  if (c.Stage() > 2) {
+  if (c.zinf.sharding_strategy == "HYBRID_SHARD" && r.env.local_world != r.env.world) {
     return Unimplemented(fmt::format(
-        "{}: {} across {} ranks is not implemented yet: partitioning the parameters (ZeRO-3, "
-        "FULL_SHARD, HYBRID_SHARD) over ranks comes next; stage 0 (NO_SHARD: the state "
-        "replicated, gradients all-reduced), 1 (the optimizer state partitioned) and 2 "
-        "(SHARD_GRAD_OP: the gradients too) run across ranks today",
-        c.source, what, r.env.world));
+        "{}: zinf.sharding_strategy HYBRID_SHARD across {} nodes ({} ranks, {} on this node) "
+        "is not implemented yet: sharding within a node and replicating across nodes needs a "
+        "communicator per node and one across them; on one node it is FULL_SHARD, which runs; "
+        "use FULL_SHARD (stage 3) or SHARD_GRAD_OP across nodes",
+        c.source, r.env.world / std::max(1, r.env.local_world), r.env.world,
+        r.env.local_world));
   }
   if (c.Stage() >= 1 && c.zinf.overlap_adam) {
     return Unimplemented(fmt::format(

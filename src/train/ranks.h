@@ -4,10 +4,10 @@
 // Contract.
 // - JoinRanks reads the launcher's environment (src/comm/world.h). A world of one needs no
 //   communicator (null). Otherwise it connects (zinf.comm.timeout_seconds bounds every wait) and
-//   refuses what it cannot run across ranks yet, with the reason: zero_optimization.stage 3
-//   (stage 0 replicates the state and all-reduces the gradients; stage 1 partitions the
-//   optimizer state: executor.h) and overlap_adam with stage 1 or 2. Checkpoints across
-//   ranks: checkpoint.h.
+//   refuses what it cannot run across ranks yet, with the reason: HYBRID_SHARD over several
+//   nodes and overlap_adam with stage 1, 2 or 3 (stage 0 replicates the state and all-reduces
+//   the gradients; stages 1, 2 and 3 partition the optimizer state, the gradients and the
+//   16-bit weights: executor.h). Checkpoints across ranks: checkpoint.h.
 // - CheckRanksAgree: every rank hashes what must be equal (the config as JSON, the steps, the
 //   data sources, the model's shape, the world size) and all fail, naming the ranks that differ,
 //   when one differs — before anything heavy is built.

@@ -188,6 +188,7 @@ std::string TrainSummary::ToJson() const {
   }
   j["optimizer_state_bytes"] = optimizer_state_bytes;
   j["gradient_bytes"] = gradient_bytes;
+  j["param16_bytes"] = param16_bytes;
   j["compute_seconds_per_step"] = compute_seconds;
   j["stall_seconds_per_step"] = stall_seconds;
   j["optimizer_wait_seconds_per_step"] = optimizer_wait_seconds;
@@ -303,8 +304,9 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   eo.comm = ranks.comm.get();
   // ZeRO-1/2 across ranks: the optimizer state (and the gradients) partitioned, stepped after
   // backward.
-  eo.partition_optimizer = ranks.world() > 1 && (c.Stage() == 1 || c.Stage() == 2);
-  eo.partition_grads = ranks.world() > 1 && c.Stage() == 2;  // ZeRO-2
+  eo.partition_optimizer = ranks.world() > 1 && c.Stage() >= 1;
+  eo.partition_grads = ranks.world() > 1 && c.Stage() >= 2;   // ZeRO-2
+  eo.partition_params = ranks.world() > 1 && c.Stage() >= 3;  // ZeRO-3, FSDP's FULL_SHARD
   if (eo.partition_optimizer) eo.async_optimizer = false;
   bool swap_in_checkpoint = false;
   if (resume_from) {
@@ -642,6 +644,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.pinned_budget_bytes = rt->pool->budget_bytes();
   sum.optimizer_state_bytes = 12 * ex->StateParams();
   sum.gradient_bytes = ex->GradShardBytes();
+  sum.param16_bytes = ex->Param16ShardBytes();
 
   if (opt.profile && sum.steps > 0 && !sum.stopped) {
     ZINF_ASSIGN_OR_RETURN(ProfileBounds b, ex->MeasureBounds(x.data(), y.data(), gas));

@@ -1,7 +1,7 @@
 // Checkpoints of a run across ranks (`zinf launch --nproc N -- zinf train --checkpoint-dir`):
 // every rank writes its part (`step-<s>/rank<r>/`), rank 0 commits the checkpoint's manifest
 // once every part is there. A run stopped and resumed on the same world size ends bit for bit
-// as the uninterrupted one (weights, losses), for ZeRO stages 0, 1 and 2 with the state in
+// as the uninterrupted one (weights, losses), for ZeRO stages 0, 1, 2 and 3 with the state in
 // memory and on NVMe, on 2, 3 and 4 ranks; `zinf ckpt export` consolidates the parts into the same bytes as the
 // run's --save; a checkpoint without its manifest is not one (the previous one resumes); and
 // what cannot resume is refused with the reason: another world size, another partition rule,
@@ -152,7 +152,9 @@ INSTANTIATE_TEST_SUITE_P(StagesAndPlacements, RanksResumeTest,
                                            Case{"stage2_nvme", 2, "nvme"},
                                            Case{"stage0_nvme_overlap", 0, "nvme --overlap-adam"},
                                            Case{"stage1_cpu_4ranks", 1, "cpu", 4},
-                                           Case{"stage2_nvme_3ranks", 2, "nvme", 3}),
+                                           Case{"stage2_nvme_3ranks", 2, "nvme", 3},
+                                           Case{"stage3_nvme", 3, "nvme"},
+                                           Case{"stage3_cpu_3ranks", 3, "cpu", 3}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // A checkpoint whose manifest rank 0 never committed is not one: the resume takes the previous

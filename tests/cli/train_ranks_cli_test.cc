@@ -1,6 +1,7 @@
 // `zinf launch --nproc N -- zinf train` over Gloo between processes, with
-// zero_optimization.stage 0 (state replicated, gradients all-reduced) and 1 (optimizer state
-// partitioned, gradients reduce-scattered, new weights all-gathered): the same global batch
+// zero_optimization.stage 0 (state replicated, gradients all-reduced), 1 (optimizer state
+// partitioned, gradients reduce-scattered, new weights all-gathered), 2 (gradients partitioned
+// too) and 3 (the 16-bit weights too, gathered before each use): the same global batch
 // trained by one rank and by 2, 3 or 4 ranks, compared bit for bit (final weights, losses,
 // gradient norms) where the arithmetic allows; the state held per rank and the bytes on the
 // wire against the ZeRO formulas; and the failures: a rank given another config, a wrong world
@@ -80,6 +81,19 @@ std::string Stage1(const TempDir& dir) {
 std::string Stage2(const TempDir& dir) {
   const std::string path = dir / "stage2.json";
   std::ofstream(path) << R"({"zero_optimization": {"stage": 2}})";
+  return " --config " + path;
+}
+
+// A stage by FSDP's name.
+std::string Preset(const TempDir& dir, const std::string& name) {
+  const std::string path = dir / (name + ".json");
+  std::ofstream(path) << R"({"zinf": {"sharding_strategy": ")" << name << R"("}})";
+  return " --config " + path;
+}
+
+std::string Stage3(const TempDir& dir) {
+  const std::string path = dir / "stage3.json";
+  std::ofstream(path) << R"({"zero_optimization": {"stage": 3}})";
   return " --config " + path;
 }
 
@@ -172,20 +186,32 @@ TEST(TrainRanksCliTest, GradientWireBytesAreTwoPsiOverN) {
 // memory). With clipping the global norm is the ranks'
 // partial sums added, not one sum over whole units: its last bits differ (it is reported
 // within 1e-12), the coefficient with them, and the losses agree to float noise (1e-6).
-TEST(TrainRanksCliTest, Zero1And2TrainAsOneRank) {
+TEST(TrainRanksCliTest, Zero1And2And3TrainAsOneRank) {
   TempDir dir;
   struct Case {
     const char* name;
     int world;
     int stage;
     std::string extra;
+    const char* preset = nullptr;  // FSDP's name for the stage
   } cases[] = {{"z1cpu2", 2, 1, " --offload cpu --clip 0"},
                {"z1nvme3", 3, 1, " --offload nvme --clip 0"},
                {"z2cpu2", 2, 2, " --offload cpu --clip 0"},
-               {"z2nvme4", 4, 2, " --offload nvme --clip 0"}};
+               {"z2nvme4", 4, 2, " --offload nvme --clip 0"},
+               {"z3cpu2", 2, 3, " --offload cpu --clip 0"},
+               {"z3nvme3", 3, 3, " --offload nvme --clip 0"},
+               {"z3nvme4_full_shard", 4, 3, " --offload nvme --clip 0", "FULL_SHARD"},
+               {"z3hybrid_one_node", 2, 3, " --offload cpu --clip 0", "HYBRID_SHARD"},
+               {"z2shard_grad_op", 2, 2, " --offload cpu --clip 0", "SHARD_GRAD_OP"},
+               {"z3fp16cpu2", 2, 3, " --offload cpu --clip 0 --precision fp16"}};
+  // The tiny model: units embedding (V x C + T x C), 2 blocks (12 C^2 + 13 C), final (2 C).
+  constexpr double kC = 32, kBlock = 12 * kC * kC + 13 * kC;
   for (const Case& c : cases) {
     const std::string w = std::to_string(c.world);
-    const std::string stage = c.stage == 1 ? Stage1(dir) : Stage2(dir);
+    const std::string stage = c.preset != nullptr ? Preset(dir, c.preset)
+                              : c.stage == 1      ? Stage1(dir)
+                              : c.stage == 2      ? Stage2(dir)
+                                                  : Stage3(dir);
     TrainRun one = Train(dir, std::string(c.name) + "_one", "",
                          Tiny(4) + stage + c.extra + " --swap-dir " + dir / "sw1" +
                              " --grad-accum " + w);
@@ -213,22 +239,33 @@ TEST(TrainRanksCliTest, Zero1And2TrainAsOneRank) {
     EXPECT_GE(state, 12 * (params / c.world - units)) << c.name;
     EXPECT_LE(state, 12 * (params / c.world + units)) << c.name;
     EXPECT_EQ(one.summary["optimizer_state_bytes"].get<double>(), 12 * params);
-    // On the wire: the gradients reduce-scattered (ZeRO-1: the fp32 sums once a step; ZeRO-2:
-    // each micro-batch's 16-bit values) and the 16-bit weights all-gathered, (world - 1) /
-    // world of each (chunks padded to equal sizes): 2Ψ elements, as the ZeRO paper counts.
+    // On the wire: the gradients reduce-scattered (ZeRO-1: the fp32 sums once a step; ZeRO-2
+    // and 3: each micro-batch's 16-bit values) and the 16-bit weights all-gathered, (world - 1)
+    // / world of each (chunks padded to equal sizes): 2Ψ elements, as the ZeRO paper counts.
+    // ZeRO-3 gathers the weights before each unit's forward and the blocks' again before their
+    // backward (the embedding and final units are still on the device then): 3Ψ less those.
     const double gb = c.stage == 1 ? 4 : 2;
     const double grad_sent = many.summary["grad_comm_sent_bytes_per_step"];
     const double share = double(c.world - 1) / c.world;
     EXPECT_GE(grad_sent, gb * params * share) << c.name;
     EXPECT_LE(grad_sent, gb * (params + c.world * units) * share) << c.name;
+    const double gathered = c.stage == 3 ? params + 2 * kBlock : params;
     const double sent = many.summary["comm_sent_bytes_per_step"];
-    EXPECT_GE(sent, (gb + 2) * params * share) << c.name;
-    EXPECT_LE(sent, (gb + 2) * (params + c.world * units) * share + 256) << c.name;
-    // The gradients held: the unit's fp32 values (ZeRO-1, padded) or the chunk's (ZeRO-2).
+    EXPECT_GE(sent, (gb * params + 2 * gathered) * share) << c.name;
+    EXPECT_LE(sent, (gb * params + 2 * gathered + 3 * 2 * c.world * units) * share + 256)
+        << c.name;
+    // The gradients held: the unit's fp32 values (ZeRO-1, padded) or the chunk's (ZeRO-2, 3).
     const double grads = many.summary["gradient_bytes"];
     const double want = c.stage == 1 ? 4 * params : 4 * params / c.world;
     EXPECT_GE(grads, want) << c.name;
     EXPECT_LE(grads, want + 4 * c.world * units) << c.name;
+    // The 16-bit weights held: the whole model's, or with ZeRO-3 the rank's chunks (2 bytes a
+    // parameter / world): with the gradients and state, 18Ψ/N per rank (fp32 gradients).
+    const double p16 = many.summary["param16_bytes"];
+    const double want16 = c.stage == 3 ? 2 * params / c.world : 2 * params;
+    EXPECT_GE(p16, want16) << c.name;
+    EXPECT_LE(p16, want16 + 2 * units) << c.name;
+    EXPECT_EQ(one.summary["param16_bytes"].get<double>(), 2 * params) << c.name;
   }
   TrainRun one = Train(dir, "clip_one", "", Tiny(4) + Stage1(dir) + " --offload cpu --grad-accum 2");
   TrainRun two = Train(dir, "clip_two", Launch(2), Tiny(4) + Stage1(dir) + " --offload cpu");
@@ -289,15 +326,14 @@ TEST(TrainRanksCliTest, ARankKilledMidRunIsNamedByTheOthers) {
 
 TEST(TrainRanksCliTest, WhatIsNotImplementedAcrossRanksIsRefused) {
   TempDir dir;
-  auto r = RunZinf(Launch(2) + Tiny(2) + " --offload cpu", dir.path());  // stage 3 by default
+  // HYBRID_SHARD over two nodes (one rank each: LOCAL_WORLD_SIZE 1 of WORLD_SIZE 2).
+  const std::string hybrid = dir / "hybrid.json";
+  std::ofstream(hybrid) << R"({"zinf": {"sharding_strategy": "HYBRID_SHARD"}})";
+  auto r = RunZinf(LaunchPrefix(2) + "sh -c 'LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 " + ZINF_BINARY +
+                       " " + Tiny(2) + " --config " + hybrid + " --offload cpu'",
+                   dir.path());
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("zero_optimization.stage 3 across 2 ranks is not implemented yet"),
-            std::string::npos) << r.err;
-  const std::string full = dir / "full.json";
-  std::ofstream(full) << R"({"zinf": {"sharding_strategy": "FULL_SHARD"}})";
-  r = RunZinf(Launch(2) + Tiny(2) + " --config " + full + " --offload cpu", dir.path());
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("zinf.sharding_strategy FULL_SHARD (stage 3) across 2 ranks is not "
+  EXPECT_NE(r.err.find("HYBRID_SHARD across 2 nodes (2 ranks, 1 on this node) is not "
                        "implemented yet"),
             std::string::npos) << r.err;
   r = RunZinf(Launch(2) + Tiny(2) + Stage1(dir) + " --offload cpu --overlap-adam", dir.path());
