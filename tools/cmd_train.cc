@@ -139,9 +139,10 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
                FormatBytesHuman(uint64_t(s.grad_comm_sent_bytes_per_step)), s.comm_seconds);
   }
   if (s.step_over_bound > 0) {
-    fmt::print("profile: compute {:.3f} s | NVMe I/O {:.3f} s | Adam {:.3f} s (each alone) | "
+    fmt::print("profile: compute {:.3f} s | NVMe I/O {:.3f} s | Adam {:.3f} s{} (each alone) | "
                "step {:.3f} s = {:.3f} x the largest\n",
                s.compute_bound_seconds, s.io_bound_seconds, s.adam_bound_seconds,
+               s.world > 1 ? fmt::format(" | collectives {:.3f} s", s.comm_bound_seconds) : "",
                s.step_seconds_median, s.step_over_bound);
     fmt::print("         per step in the run: compute {:.3f} s, waiting for weights {:.3f} s "
                "({:.3f} s of it for the optimizer's), gradient hand-over {:.3f} s, optimizer "

@@ -34,7 +34,7 @@ uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t 
     max_per = std::max(max_per, per);
     total += pad(Param16Bytes(zero3 ? per : d.UnitParams(u))) + pad(grad_elem * d.UnitParams(u));
   }
-  if (zero3) total += page(Param16Bytes(max_per * world));  // the gathered unit
+  if (zero3) total += 2 * page(Param16Bytes(max_per * world));  // the gathered units
   return total;
 }
 
@@ -50,7 +50,8 @@ LayerExecutor::~LayerExecutor() {
   pipeline_.reset();
   rt_.arena->Free(arena_).IgnoreError();
   rt_.device->FreePinned(host_io_).IgnoreError();
-  rt_.pool->Free(gathered_host_).IgnoreError();
+  DropGather().IgnoreError();
+  for (auto& b : gathered_host_) rt_.pool->Free(b).IgnoreError();
 }
 
 Result<std::unique_ptr<LayerExecutor>> LayerExecutor::Create(OffloadRuntime& rt,
@@ -142,7 +143,9 @@ Status LayerExecutor::Setup() {
   ZINF_RETURN_IF_ERROR(RegisterShards());
   ZINF_RETURN_IF_ERROR(CheckPinnedBudget());
   if (partitioned_params_) {
-    ZINF_ASSIGN_OR_RETURN(gathered_host_, rt_.pool->Allocate(Param16Bytes(gather16_.size())));
+    for (auto& b : gathered_host_) {
+      ZINF_ASSIGN_OR_RETURN(b, rt_.pool->Allocate(Param16Bytes(gather16_.size())));
+    }
   }
   uint64_t max_n = dims_.MaxUnitParams();
   // ZeRO-2 stages a unit's gradient padded to world equal chunks.
@@ -180,8 +183,12 @@ offload::SealOptions LayerExecutor::SealPlan() const {
   constexpr int kP16 = static_cast<int>(offload::Role::kParam16);
   constexpr int kGrad = static_cast<int>(offload::Role::kGrad);
   // FetchWeights holds one unit's 16-bit weights on the device at a time (ZeRO-3: this rank's
-  // chunk of it in the host tier, for the all-gather).
-  o.max_leases[partitioned_params_ ? kHost : kDev][kP16] = 1;
+  // chunk of it in the host tier for the all-gather, and the next unit's, gathered ahead).
+  if (partitioned_params_) {
+    o.max_leases[kHost][kP16] = 2;
+  } else {
+    o.max_leases[kDev][kP16] = 1;
+  }
   // Gradients in the host tier: the hand-overs in flight during backward, or the optimizer
   // pipeline's two (a unit's and the next one's) under the forward; never both at once
   // (ForwardBackward finishes the optimizer step before backward, and the overlapped Adam waits
@@ -208,15 +215,16 @@ Status LayerExecutor::CheckPinnedBudget() const {
   const uint64_t staging =
       GradType() == kernels::DType::kF32 ? kHandOverDepth * pool.BlockBytes(2 * max_n) : 0;
   const uint64_t copies = rt_.tiers->MinimumSealBytes(SealPlan()).host_bytes;
-  // ZeRO-3: the gathered unit (world chunks of the largest).
-  const uint64_t gathered = partitioned_params_ ? pool.BlockBytes(Param16Bytes(gather16_.size())) : 0;
+  // ZeRO-3: the gathered units (world chunks of the largest; the one in use and the next).
+  const uint64_t gathered =
+      partitioned_params_ ? 2 * pool.BlockBytes(Param16Bytes(gather16_.size())) : 0;
   const uint64_t need = homed + slabs + staging + copies + gathered;
   if (need <= pool.budget_bytes()) return Status::Ok();
   return ResourceExhausted(fmt::format(
       "zinf.budgets.pinned_bytes: {} bytes ({}) cannot hold what a step needs at once: {} bytes "
       "({}) in all = shards homed in pinned memory {} + the optimizer pipeline's {} slabs {} + "
       "gradient staging {} + the shard copies in use at once {} ({} for each size of shard, "
-      "plus one copy in transfer) + the gathered unit (ZeRO-3) {}; raise "
+      "plus one copy in transfer) + the gathered units (ZeRO-3) {}; raise "
       "zinf.budgets.pinned_bytes to at least {}{}",
       pool.budget_bytes(), FormatBytesHuman(pool.budget_bytes()), need, FormatBytesHuman(need),
       homed, options_.optimizer_on_nvme ? options_.pipeline_slabs : 0, slabs, staging, copies,

@@ -162,6 +162,11 @@ struct ProfileBounds {
   double read_gbps = 0;        // the raw engine reading the optimizer state's extents (0: no NVMe)
   double write_gbps = 0;       // ... and writing them back
   double adam_seconds = 0;     // CPU Adam over every unit's state in memory
+  // Across ranks: the step's collectives on scratch buffers of the units' sizes (stage 0: the
+  // fp32 gradients' all-reduce; 1: their reduce-scatter and the weights' all-gather; 2: each
+  // micro-batch's 16-bit reduce-scatter and the all-gather; 3: each micro-batch's gathers,
+  // forward and backward, and reduce-scatter). The median of 3 timings.
+  double comm_seconds = 0;
 };
 
 // The pinned bytes a run of this shape wants: the optimizer pipeline's slabs, the gradient
@@ -295,9 +300,12 @@ class LayerExecutor {
   // The event after the backend's work so far (empty for the CPU backend: done already).
   Result<Event> ComputeDone();
   // Acquires unit's param16 on the device, widens it into dst (fp32), releases it.
-  Status FetchWeights(uint32_t unit, float* dst);
+  // `next`: with ZeRO-3, the unit fetched after this one in the same pass (-1: none), whose
+  // gather then starts at once.
+  Status FetchWeights(uint32_t unit, float* dst, int next = -1);
   Status Upload(const int32_t* tokens, const int32_t* targets);
-  Result<double> ForwardAll();
+  // backward_follows: the pass goes on into backward (ZeRO-3 gathers its first unit ahead).
+  Result<double> ForwardAll(bool backward_follows);
   // Whether gradients are all-reduced over ranks (ExecutorOptions::comm, world > 1).
   bool ReducesGrads() const;
   // ZeRO-1 (ExecutorOptions::partition_optimizer across ranks).
@@ -314,8 +322,16 @@ class LayerExecutor {
   // whole unit and written home (every rank calls it for the same unit). ZeRO-3: the chunk
   // (padded with zeros) written home alone.
   Status GatherParam16(uint32_t unit, const void* chunk16);
-  // ZeRO-3: FetchWeights' path: the chunks all-gathered, copied to the device, widened.
-  Status FetchGathered(uint32_t unit, float* dst);
+  // ZeRO-3: FetchWeights' path: the chunks all-gathered, copied to the device, widened; then
+  // the gather of `next` (the unit used after this one in the same pass, or -1) started, to
+  // run under this unit's compute.
+  Status FetchGathered(uint32_t unit, float* dst, int next);
+  // --profile across ranks: the step's collectives alone (ProfileBounds::comm_seconds).
+  Result<double> TimeCollectives(uint64_t micro_batches);
+  // ZeRO-3: starts the all-gather of a unit's chunks into the free pinned buffer.
+  Status IssueGather(uint32_t unit);
+  // ZeRO-3: waits for a started gather nobody will use (every rank started it) and drops it.
+  Status DropGather();
   // ZeRO-1: one unit's optimizer step on this rank's chunk (NVMe or memory).
   Status StepChunk(uint32_t unit, const kernels::AdamHyper& hyper,
                    offload::OptimizerStepStats* st);
@@ -391,11 +407,23 @@ class LayerExecutor {
   bool partitioned_ = false;
   bool partitioned_grads_ = false;  // ZeRO-2
   bool partitioned_params_ = false;  // ZeRO-3
-  // ZeRO-3: the all-gathered 16-bit weights of a unit (world chunks of the largest), in the
-  // pinned pool and on the device; the event after the last copy out of the pinned one.
-  offload::PinnedBlock gathered_host_;
+  // ZeRO-3: the all-gathered 16-bit weights of a unit (world chunks of the largest): two
+  // buffers in the pinned pool (the one being used, the next unit's being gathered) with the
+  // event after the last copy out of each, and one on the device.
+  offload::PinnedBlock gathered_host_[2];
+  Event gathered_copied_[2];
   void* gathered_dev_ = nullptr;
-  Event gathered_copied_;
+  // The gather started ahead: its unit, buffer, the lease on this rank's chunk (the send
+  // buffer, held until the gather is done) and the collective.
+  struct PendingGather {
+    bool active = false;
+    uint32_t unit = 0;
+    int buffer = 0;
+    offload::Lease lease;
+    comm::Work work;
+  };
+  PendingGather pending_gather_;
+  int next_gather_buffer_ = 0;
   offload::HandOver::ReduceFn reduce_fn_;  // ZeRO-2: runs on the accumulator's thread
   std::atomic<uint64_t> reduce_sent_bytes_{0};  // ... and counts there
   std::atomic<uint64_t> reduce_nanos_{0};

@@ -170,37 +170,65 @@ Status LayerExecutor::StepChunk(uint32_t u, const kernels::AdamHyper& hyper,
   return GatherParam16(u, gather16_.data() + c.lo);
 }
 
-Status LayerExecutor::FetchGathered(uint32_t unit, float* dst) {
+Status LayerExecutor::IssueGather(uint32_t unit) {
   offload::TierManager& tm = *rt_.tiers;
-  Device& dev = *rt_.device;
-  const Chunk c = ChunkOf(unit);
-  const uint64_t n = dims_.UnitParams(unit);
-  const auto t0 = Clock::now();
-  // The pinned buffer is free once the previous unit's copy out of it is done.
-  if (gathered_copied_.recorded()) {
-    ZINF_RETURN_IF_ERROR(dev.EventSynchronize(gathered_copied_));
-    gathered_copied_ = Event();
+  const int b = next_gather_buffer_;
+  next_gather_buffer_ ^= 1;
+  // The buffer is free once the copy of the unit gathered into it before is done.
+  if (gathered_copied_[b].recorded()) {
+    ZINF_RETURN_IF_ERROR(rt_.device->EventSynchronize(gathered_copied_[b]));
+    gathered_copied_[b] = Event();
   }
   ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16_[unit], Tier::kHost));
   auto own = lease.Wait();
-  Status s = own.status();
-  auto* all = reinterpret_cast<uint16_t*>(gathered_host_.data);
-  if (s.ok()) {
-    const auto g0 = Clock::now();
-    s = options_.comm->AllGather(*own, all, c.per, comm::DType::kBf16)
-            .Wait()
-            .WithContext(fmt::format("all-gathering the weights of {} (ZeRO-3)",
-                                     dims_.UnitName(unit)));
-    stats_.comm_seconds += Since(g0);
+  if (!own.ok()) {
+    tm.Release(std::move(lease), false).IgnoreError();
+    return own.status();
   }
-  ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
+  pending_gather_.active = true;
+  pending_gather_.unit = unit;
+  pending_gather_.buffer = b;
+  pending_gather_.lease = std::move(lease);
+  pending_gather_.work = options_.comm->AllGather(*own, gathered_host_[b].data, ChunkOf(unit).per,
+                                                  comm::DType::kBf16);
+  return Status::Ok();
+}
+
+Status LayerExecutor::DropGather() {
+  if (!pending_gather_.active) return Status::Ok();
+  pending_gather_.active = false;
+  Status s = pending_gather_.work.Wait();
+  Status r = rt_.tiers->Release(std::move(pending_gather_.lease), false);
   ZINF_RETURN_IF_ERROR(s);
-  ZINF_RETURN_IF_ERROR(dev.CopyToDevice(compute_, gathered_dev_, all, Param16Bytes(n)));
-  ZINF_ASSIGN_OR_RETURN(gathered_copied_, dev.Record(compute_));
+  return r;
+}
+
+Status LayerExecutor::FetchGathered(uint32_t unit, float* dst, int next) {
+  Device& dev = *rt_.device;
+  const uint64_t n = dims_.UnitParams(unit);
+  const auto t0 = Clock::now();
+  // A gather started for another unit (a pass that ended early: evaluation, the profile) is
+  // finished on every rank alike and dropped.
+  if (pending_gather_.active && pending_gather_.unit != unit) ZINF_RETURN_IF_ERROR(DropGather());
+  if (!pending_gather_.active) ZINF_RETURN_IF_ERROR(IssueGather(unit));
+  const int b = pending_gather_.buffer;
+  pending_gather_.active = false;
+  Status s = pending_gather_.work.Wait().WithContext(
+      fmt::format("all-gathering the weights of {} (ZeRO-3)", dims_.UnitName(unit)));
+  const double waited = Since(t0);
+  stats_.comm_seconds += waited;
+  ZINF_RETURN_IF_ERROR(rt_.tiers->Release(std::move(pending_gather_.lease), false));
+  ZINF_RETURN_IF_ERROR(s);
+  ZINF_RETURN_IF_ERROR(dev.CopyToDevice(compute_, gathered_dev_, gathered_host_[b].data,
+                                        Param16Bytes(n)));
+  ZINF_ASSIGN_OR_RETURN(gathered_copied_[b], dev.Record(compute_));
   // The CUDA backend's widening follows the copy on its stream; the CPU backend waits here.
-  ZINF_RETURN_IF_ERROR(ComputeWaits(be_.RunsOnCallingThread() ? gathered_copied_ : Event()));
+  ZINF_RETURN_IF_ERROR(ComputeWaits(be_.RunsOnCallingThread() ? gathered_copied_[b] : Event()));
   stats_.stall_seconds += Since(t0);
-  return be_.Widen(dst, gathered_dev_, options_.param16_type, n);
+  ZINF_RETURN_IF_ERROR(be_.Widen(dst, gathered_dev_, options_.param16_type, n));
+  // The next unit's gather runs under this one's compute.
+  if (next >= 0) ZINF_RETURN_IF_ERROR(IssueGather(static_cast<uint32_t>(next)));
+  return Status::Ok();
 }
 
 }  // namespace zinf::train

@@ -16,10 +16,10 @@ namespace zinf::train {
 
 using namespace detail;  // NOLINT: the executor's own helpers
 
-Status LayerExecutor::FetchWeights(uint32_t unit, float* dst) {
+Status LayerExecutor::FetchWeights(uint32_t unit, float* dst, int next) {
   offload::TierManager& tm = *rt_.tiers;
   WaitUnitWritten(unit);
-  if (partitioned_params_) return FetchGathered(unit, dst);
+  if (partitioned_params_) return FetchGathered(unit, dst, next);
   auto t0 = Clock::now();
   ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16_[unit], Tier::kDevice));
   // No host wait for the copy itself: the widening waits for the h2d on the compute stream (the
@@ -57,25 +57,27 @@ Status LayerExecutor::Upload(const int32_t* tokens, const int32_t* targets) {
   return ComputeWaits(be_.RunsOnCallingThread() ? uploaded : Event());
 }
 
-Result<double> LayerExecutor::ForwardAll() {
+Result<double> LayerExecutor::ForwardAll(bool backward_follows) {
   const GptDims& d = dims_;
   const int B = batch_, T = seq_;
   const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
   const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
   const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
-  ZINF_RETURN_IF_ERROR(FetchWeights(0, wemb_));
+  const int fin = static_cast<int>(d.final_unit());
+  ZINF_RETURN_IF_ERROR(FetchWeights(0, wemb_, d.L > 0 ? 1 : fin));
   auto t0 = Clock::now();
   ZINF_RETURN_IF_ERROR(EmbeddingForward<float>(be_, d, ViewEmbedding<const float>(wemb_, d),
                                                d_tokens_, xs_, B, T));
   stats_.compute_seconds += Since(t0);
   for (int l = 0; l < d.L; ++l) {
-    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_));
+    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_, l + 1 < d.L ? l + 2 : fin));
     t0 = Clock::now();
     ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, ViewBlock<const float>(wbuf_, d),
                                              xs_ + NC * l, xs_ + NC * (l + 1), a, scratch_, B, T));
     stats_.compute_seconds += Since(t0);  // the time to enqueue it on a GPU
   }
-  ZINF_RETURN_IF_ERROR(FetchWeights(d.final_unit(), wbuf_));
+  // Backward starts with the last block.
+  ZINF_RETURN_IF_ERROR(FetchWeights(d.final_unit(), wbuf_, backward_follows && d.L > 0 ? d.L : -1));
   t0 = Clock::now();
   ZINF_RETURN_IF_ERROR(HeadForward<float>(be_, d, ViewFinal<const float>(wbuf_, d), wemb_,
                                           xs_ + NC * d.L, d_targets_, h, B, T));
@@ -133,7 +135,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
   ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
   MicroBatchResult r;
-  ZINF_ASSIGN_OR_RETURN(r.loss, ForwardAll());
+  ZINF_ASSIGN_OR_RETURN(r.loss, ForwardAll(/*backward_follows=*/true));
   // The previous optimizer step has read its gradients before the shards are overwritten.
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
 
@@ -185,7 +187,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
       ZINF_RETURN_IF_ERROR(accumulator_->WaitIdle().status());
       stats_.grad_seconds += Since(w0);
     }
-    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_));
+    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_, l >= 1 ? l : -1));
     t0 = Clock::now();
     const BlockView<const float> w = ViewBlock<const float>(wbuf_, d);
     // Recompute the block's activations from its checkpointed input (the output lands in the
@@ -241,7 +243,7 @@ Result<double> LayerExecutor::Evaluate(const int32_t* tokens, const int32_t* tar
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
   rt_.tiers->PauseTrace(true);  // not part of the training step's access order
-  auto loss = ForwardAll();
+  auto loss = ForwardAll(/*backward_follows=*/false);
   rt_.tiers->PauseTrace(false);
   return loss;
 }

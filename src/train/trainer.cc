@@ -198,6 +198,7 @@ std::string TrainSummary::ToJson() const {
     j["compute_bound_seconds"] = compute_bound_seconds;
     j["io_bound_seconds"] = io_bound_seconds;
     j["adam_bound_seconds"] = adam_bound_seconds;
+    if (world > 1) j["comm_bound_seconds"] = comm_bound_seconds;
     j["step_over_bound"] = step_over_bound;
   }
   return j.dump();
@@ -646,6 +647,15 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.gradient_bytes = ex->GradShardBytes();
   sum.param16_bytes = ex->Param16ShardBytes();
 
+  if (ranks.comm != nullptr) {
+    const comm::CommStats cs = ranks.comm->stats();
+    const double n = static_cast<double>(std::max<uint64_t>(1, sum.steps));
+    sum.comm_sent_bytes_per_step = static_cast<double>(cs.total_sent()) / n;
+    sum.comm_received_bytes_per_step = static_cast<double>(cs.total_received()) / n;
+    sum.grad_comm_sent_bytes_per_step = static_cast<double>(es_total.grad_comm_sent_bytes) / n;
+    sum.comm_seconds = es_total.comm_seconds / n;
+    sum.transport = ranks.comm->Describe();
+  }
   if (opt.profile && sum.steps > 0 && !sum.stopped) {
     ZINF_ASSIGN_OR_RETURN(ProfileBounds b, ex->MeasureBounds(x.data(), y.data(), gas));
     sum.compute_bound_seconds = b.compute_seconds;
@@ -656,18 +666,10 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     sum.io_bound_seconds = (b.read_gbps > 0 ? rd / (b.read_gbps * 1e9) : 0) +
                            (b.write_gbps > 0 ? wr / (b.write_gbps * 1e9) : 0);
     sum.adam_bound_seconds = b.adam_seconds;
+    sum.comm_bound_seconds = b.comm_seconds;
     const double bound = std::max({sum.compute_bound_seconds, sum.io_bound_seconds,
-                                   sum.adam_bound_seconds});
+                                   sum.adam_bound_seconds, sum.comm_bound_seconds});
     sum.step_over_bound = bound > 0 ? sum.step_seconds_median / bound : 0;
-  }
-  if (ranks.comm != nullptr) {
-    const comm::CommStats cs = ranks.comm->stats();
-    const double n = static_cast<double>(std::max<uint64_t>(1, sum.steps));
-    sum.comm_sent_bytes_per_step = static_cast<double>(cs.total_sent()) / n;
-    sum.comm_received_bytes_per_step = static_cast<double>(cs.total_received()) / n;
-    sum.grad_comm_sent_bytes_per_step = static_cast<double>(es_total.grad_comm_sent_bytes) / n;
-    sum.comm_seconds = es_total.comm_seconds / n;
-    sum.transport = ranks.comm->Describe();
   }
   // Rank 0 writes what the run leaves; with the optimizer state partitioned every rank takes
   // part in gathering the weights it saves.

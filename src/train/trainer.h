@@ -55,7 +55,7 @@ struct TrainOptions {
   std::string trace_path;          // Chrome trace (empty: the config's zinf.trace_file)
   DeviceKind device = DeviceKind::kAuto;
   double h2d_gbps = 0;             // host-emulated device link (0 = memcpy speed)
-  bool profile = false;            // measure the three bounds (compute, NVMe, Adam) alone
+  bool profile = false;  // measure the bounds (compute, NVMe, Adam, collectives) alone
   const std::atomic<bool>* stop = nullptr;
   uint64_t stop_after = 0;         // stop after this step as a stop request does (0: no)
   // After each checkpoint's commit, time a plain copy of its bytes (Checkpointer::
@@ -92,6 +92,7 @@ struct TrainSummary {
   std::string device, backend, io_engine;
   // --profile: each bound measured alone in the same run, and the step over their max.
   double compute_bound_seconds = 0, io_bound_seconds = 0, adam_bound_seconds = 0;
+  double comm_bound_seconds = 0;  // across ranks: the step's collectives alone
   double step_over_bound = 0;
   // Where the executor's time went, per step (medians are not kept: totals / steps).
   double compute_seconds = 0, stall_seconds = 0, grad_seconds = 0, optimizer_seconds = 0;

@@ -278,6 +278,26 @@ TEST(TrainRanksCliTest, Zero1And2And3TrainAsOneRank) {
   }
 }
 
+// --profile across ranks measures the step's collectives alone too (every rank times them;
+// rank 0 reports), and they count toward the bound; the run's own wire bytes exclude them.
+TEST(TrainRanksCliTest, ProfileMeasuresTheCollectivesAlone) {
+  TempDir dir;
+  for (int stage : {0, 3}) {
+    const std::string name = "profile" + std::to_string(stage);
+    TrainRun plain = Train(dir, name + "_plain", Launch(2),
+                           Tiny(3) + (stage == 0 ? Stage0(dir) : Stage3(dir)) + " --offload cpu");
+    TrainRun prof = Train(dir, name, Launch(2),
+                          Tiny(3) + (stage == 0 ? Stage0(dir) : Stage3(dir)) +
+                              " --offload cpu --profile");
+    ASSERT_EQ(prof.r.exit_code, 0) << prof.r.out << prof.r.err;
+    EXPECT_NE(prof.r.out.find("| collectives "), std::string::npos) << prof.r.out;
+    EXPECT_GT(prof.summary.value("comm_bound_seconds", 0.0), 0.0) << stage;
+    EXPECT_GT(prof.summary.value("step_over_bound", 0.0), 0.0) << stage;
+    EXPECT_EQ(prof.summary["comm_sent_bytes_per_step"], plain.summary["comm_sent_bytes_per_step"])
+        << stage;
+  }
+}
+
 TEST(TrainRanksCliTest, ARankWithAnotherConfigIsNamed) {
   TempDir dir;
   // Rank 1 asks for 5 steps, rank 0 for 4.
