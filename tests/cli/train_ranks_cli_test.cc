@@ -332,9 +332,13 @@ TEST(TrainRanksCliTest, ARankKilledMidRunIsNamedByTheOthers) {
   const std::string cmd = std::string(ZINF_BINARY) + " " + Tiny(100000) + Stage0(dir) +
                           " --offload cpu --comm-timeout 30";
   const auto t0 = std::chrono::steady_clock::now();
+  // Rank 1 is killed once rank 0 has logged a step (both are then training, however slowly
+  // the machine starts them; at the latest after 30 s).
+  const std::string losses = dir / "l.jsonl";
   auto r = RunZinf("info >/dev/null; RANK=1 " + env + " " + cmd +
-                       " >/dev/null 2>&1 & p=$!; (sleep 3; kill -9 $p) & RANK=0 " + env + " " +
-                       cmd + " >/dev/null",
+                       " >/dev/null 2>&1 & p=$!; (for i in $(seq 600); do [ -s " + losses +
+                       " ] && break; sleep 0.05; done; kill -9 $p) & RANK=0 " + env + " " + cmd +
+                       " --losses " + losses + " >/dev/null",
                    dir.path());
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
