@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -26,14 +27,26 @@ uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t 
     total += o.pipeline_slabs * page(offload::OptimizerPipeline::SlabBytes(max_n, align));
   }
   if (grad_elem == 4) total += 2 * page(2 * max_n);  // the hand-overs' staging blocks
-  const bool zero3 = reduce && o.partition_optimizer && o.partition_grads && o.partition_params;
+  const bool zero1 = reduce && o.partition_optimizer;
+  const bool zero2 = zero1 && o.partition_grads;
+  const bool zero3 = zero2 && o.partition_params;
   const auto world = static_cast<uint32_t>(reduce ? o.comm->world() : 1);
+  // Every shard's host copy, sized as RegisterShards registers it (ZeRO-1's gradients padded
+  // to world chunks, ZeRO-2's a chunk, ZeRO-3's 16-bit weights a chunk), and for each size one
+  // more: the tier manager's slot for a copy in transfer.
+  std::set<uint64_t> sizes;
   uint64_t max_per = 0;
   for (uint32_t u = 0; u < d.units(); ++u) {
-    const uint64_t per = ckpt::ChunkOfUnit(d.UnitParams(u), world, 0).per;
+    const uint64_t n = d.UnitParams(u);
+    const uint64_t per = ckpt::ChunkOfUnit(n, world, 0).per;
     max_per = std::max(max_per, per);
-    total += pad(Param16Bytes(zero3 ? per : d.UnitParams(u))) + pad(grad_elem * d.UnitParams(u));
+    const uint64_t p16 = pad(Param16Bytes(zero3 ? per : n));
+    const uint64_t grad = pad(grad_elem * (zero2 ? per : zero1 ? per * world : n));
+    total += p16 + grad;
+    sizes.insert(p16);
+    sizes.insert(grad);
   }
+  for (uint64_t size : sizes) total += size;
   if (zero3) total += 2 * page(Param16Bytes(max_per * world));  // the gathered units
   return total;
 }

@@ -322,7 +322,10 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   // optimizer's slabs), within what the machine allows: a small model does not lock 2 GiB.
   Config rc = c;
   if (!rc.zinf.budgets.pinned_bytes) {
-    const uint64_t wanted = PinnedBytesWanted(dims, eo), cap = AutoPinnedCap();
+    // With NVMe, at least one aio.block_size (what the config's check asks of any budget).
+    const uint64_t wanted =
+        std::max<uint64_t>(PinnedBytesWanted(dims, eo), UsesNvme(c) ? c.aio.block_size : 0);
+    const uint64_t cap = AutoPinnedCap();
     rc.zinf.budgets.pinned_bytes = std::min(wanted, cap);
     Log().info("train: pinned budget auto: {} ({} bytes; the run wants {}, the machine allows {})",
                FormatBytesHuman(*rc.zinf.budgets.pinned_bytes), *rc.zinf.budgets.pinned_bytes,

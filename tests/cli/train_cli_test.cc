@@ -85,6 +85,13 @@ TEST(TrainCliTest, AnAutomaticPinnedBudgetIsWhatTheRunWants) {
   EXPECT_LT(budget, 4u << 20) << s;
   EXPECT_GE(budget, s["peak_pinned_bytes"].get<uint64_t>());
   EXPECT_NE(r.err.find("pinned budget auto"), std::string::npos) << r.err;
+  // With NVMe it is at least one aio.block_size (1 MiB), which any budget must hold (this tiny
+  // model wants less: the run was refused before).
+  auto nvme = RunZinf(args + " --offload nvme --swap-dir " + dir / "swap" + " --summary-json " +
+                          dir / "nvme.json",
+                      dir.path());
+  ASSERT_EQ(nvme.exit_code, 0) << nvme.err;
+  EXPECT_EQ(ReadJson(dir / "nvme.json")["pinned_budget_bytes"].get<uint64_t>(), 1u << 20);
   args.replace(args.find("--pinned-budget auto"), 20, "--pinned-budget lots");
   auto bad = RunZinf(args, dir.path());
   EXPECT_EQ(bad.exit_code, 2);

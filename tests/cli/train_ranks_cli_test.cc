@@ -298,6 +298,28 @@ TEST(TrainRanksCliTest, ProfileMeasuresTheCollectivesAlone) {
   }
 }
 
+// --pinned-budget auto across ranks: the pool is sized from the shards as each stage registers
+// them (fp32 gradients, padded chunks, ZeRO-3's gathered units) plus a copy in transfer per
+// size, so every stage starts and runs within it; with NVMe it is at least aio.block_size.
+TEST(TrainRanksCliTest, AnAutomaticPinnedBudgetHoldsEveryStage) {
+  TempDir dir;
+  const std::string model =
+      "train --layers 2 --width 128 --heads 4 --seq-len 32 --vocab 512 --batch 4 --steps 2 "
+      "--device-budget 16M --pinned-budget auto --synthetic-bytes 65536 --offload nvme";
+  TrainRun one = Train(dir, "auto_one", "", model + " --swap-dir " + dir / "sw1");
+  ASSERT_EQ(one.r.exit_code, 0) << one.r.err;
+  for (int stage : {0, 1, 2, 3}) {
+    const std::string cfg = stage == 0 ? Stage0(dir) : stage == 1 ? Stage1(dir)
+                            : stage == 2 ? Stage2(dir) : Stage3(dir);
+    TrainRun many = Train(dir, "auto" + std::to_string(stage), Launch(2),
+                          model + cfg + " --swap-dir " + dir / ("sw" + std::to_string(stage + 2)));
+    ASSERT_EQ(many.r.exit_code, 0) << stage << many.r.err;
+    EXPECT_NE(many.r.err.find("pinned budget auto"), std::string::npos) << many.r.err;
+    EXPECT_GE(many.summary["pinned_budget_bytes"].get<uint64_t>(),
+              many.summary["peak_pinned_bytes"].get<uint64_t>());
+  }
+}
+
 TEST(TrainRanksCliTest, ARankWithAnotherConfigIsNamed) {
   TempDir dir;
   // Rank 1 asks for 5 steps, rank 0 for 4.
