@@ -8,7 +8,8 @@
  *   zinf_strerror(code) names the code; zinf_last_error() is the calling thread's message of
  *   its last failure (naming what failed and where: the path, the offset, the field), valid
  *   until that thread's next zinf call. zinf never aborts the calling process for bad input,
- *   and never calls back into the caller from its own threads.
+ *   and never calls back into the caller from its own threads. It logs warnings and errors to
+ *   stderr (ZINF_LOG_LEVEL=info or debug for more, off for nothing).
  * - Structs passed in start with their size (`size`, set from the ZINF_*_INIT initializers), so
  *   later versions can append fields: a struct whose size is smaller than the first version's
  *   is refused (ZINF_E_INVALID_ARGUMENT), fields past a caller's size take their defaults.

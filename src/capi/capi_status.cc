@@ -1,6 +1,10 @@
 #include "src/capi/capi_status.h"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
+
+#include "src/base/log.h"
 
 #include "zinf/zinf.h"
 
@@ -13,6 +17,13 @@ static_assert(-static_cast<int>(StatusCode::kIoError) == ZINF_E_IO);
 static_assert(-static_cast<int>(StatusCode::kInternal) == ZINF_E_INTERNAL);
 
 thread_local std::string last_error;
+
+// A library says less than the zinf command: warnings and errors only, unless ZINF_LOG_LEVEL
+// asks for more (set when the library is loaded).
+const bool kQuietByDefault = [] {
+  if (std::getenv("ZINF_LOG_LEVEL") == nullptr) SetLogLevel("warn");
+  return true;
+}();
 
 }  // namespace
 
