@@ -75,16 +75,24 @@ Result<uint32_t> StateGenerations(const Config& c, const ckpt::Manifest* resumed
   return recorded;
 }
 
-// A resume in the checkpoint root it came from: the root's other committed checkpoints (older
-// ones kept) name extents of the same swap file, which stay untouched until they are pruned.
+// A resume in the checkpoint root it came from: the root's other committed checkpoints that
+// stay (the newest `keep` up to the one resumed, itself included) name extents of the same
+// swap file, which stay untouched until they are pruned. Older ones are on their way out:
+// Checkpointer::Create prunes them, or across ranks rank 0 does, maybe after this rank lists
+// them — protecting those would leave a step no generation to write.
 Status ProtectKeptCheckpoints(LayerExecutor& ex, const ckpt::Manifest& resumed,
-                              const std::vector<std::string>& swap_files) {
+                              const std::vector<std::string>& swap_files, uint32_t keep) {
   // `resumed`: the state's manifest (a part across ranks, in its checkpoint's directory).
   std::filesystem::path dir(resumed.dir);
   if (resumed.rank) dir = dir.parent_path();
   const std::string root = dir.parent_path().string();
+  std::vector<ckpt::CommittedCheckpoint> kept;
   for (const auto& c : ckpt::Committed(root)) {
-    if (c.step >= resumed.step) continue;  // itself (newer ones are refused)
+    if (c.step <= resumed.step) kept.push_back(c);  // newer ones are refused
+  }
+  if (kept.size() > keep) kept.erase(kept.begin(), kept.end() - keep);
+  for (const auto& c : kept) {
+    if (c.step >= resumed.step) continue;  // itself
     auto m = ckpt::Read(c.dir);
     if (m.ok() && m->HasParts()) m = ckpt::ReadPart(*m, resumed.rank.value_or(0));
     if (!m.ok()) {
@@ -400,7 +408,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                                     c.zinf.comm.timeout_seconds)}));
     // What Create left of the root's older checkpoints stays untouched until pruned.
     if (resumed_step && eo.optimizer_on_nvme) {
-      ZINF_RETURN_IF_ERROR(ProtectKeptCheckpoints(*ex, *resume_from, ex->SwapFilePaths()));
+      ZINF_RETURN_IF_ERROR(
+          ProtectKeptCheckpoints(*ex, *resume_from, ex->SwapFilePaths(), ck.keep));
     }
   }
   Log().info("train: {} parameters ({} layers, width {}, {} heads, seq {}, vocab {}), "
