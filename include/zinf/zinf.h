@@ -36,10 +36,41 @@
  *   fp16, with Adam or AdamW (params.adamw), bias correction optional, and writes the new
  *   weights' bf16 or fp16 copy when param16_out is not NULL (one pass over memory).
  *
+ * The engine (zinf_engine): tensors the caller registers, each with a home (pinned host memory
+ *   or NVMe), paged into the host tier (pinned slots) and the device tier (the device budget)
+ *   on demand, under the hard budgets of the JSON config (zinf train's keys: zinf.budgets,
+ *   aio, zinf.swap_dir / zinf.stripe_paths / an offload nvme_path, zinf.prefetch_depth).
+ * - Register every tensor first. The first zinf_engine_seal, acquire, read or write plans the
+ *   memory once: every tier's slots hold the leases the params declare per tier and role, or
+ *   the seal is refused with the numbers; a sealed engine never fails later for lack of
+ *   memory. Registering after it is refused.
+ * - zinf_acquire returns a lease at once (the transfer runs in the background);
+ *   zinf_lease_wait blocks until the data is in that tier and gives its address (valid until
+ *   zinf_release). zinf_release(dirty = 1) means the caller modified the copy: it is written
+ *   home before its memory is reused, and the other tier's copy is dropped. Leasing more than
+ *   the params declared fails (ZINF_E_FAILED_PRECONDITION), as does releasing a lease twice
+ *   (ZINF_E_NOT_FOUND); an acquire that could only wait for the caller's own leases fails with
+ *   ZINF_E_RESOURCE_EXHAUSTED instead of hanging. Device-tier leases: finish the work that uses
+ *   the copy (synchronize your stream) before releasing it.
+ * - Prefetch: the acquires up to the first zinf_engine_end_step are the trace; in later steps
+ *   each acquire that follows it fetches the next tensors ahead (as far as zinf.prefetch_depth
+ *   units and the budgets allow), and eviction keeps what is needed soonest (Belady). Pause
+ *   the trace around work outside the loop's order (an evaluation pass).
+ * - zinf_engine_adam_step steps registered fp32 weights and moments with a zinf_adam: it
+ *   leases them in the host tier (NVMe homes are read ahead by the trace, written back
+ *   behind), runs the SIMD step and releases them modified.
+ * - zinf_engine_flush writes every modified copy home; zinf_engine_close does NOT (flush
+ *   first): it waits for transfers in flight, drops the leases still held and deletes the swap
+ *   file.
+ * - zinf_engine_stats: bytes per link, busy and stall seconds, prefetch hits, evictions, peak
+ *   bytes per tier, as one JSON object.
+ *
  * Thread-safety: zinf_version, zinf_strerror, zinf_last_error, zinf_pinned_* and zinf_adam_step
  * on distinct zinf_adam handles may be called from any thread. One zinf_io handle is used by one
  * thread at a time (the caller serializes); distinct handles are independent. A zinf_adam
- * handle may step from several threads at once (it holds no per-step state).
+ * handle may step from several threads at once (it holds no per-step state). Every zinf_engine
+ * call may come from any thread; one lease is used by one thread at a time (a wait and a
+ * release of the same lease from two threads are serialized, not an error).
  */
 #ifndef ZINF_ZINF_H_
 #define ZINF_ZINF_H_
@@ -146,6 +177,87 @@ ZINF_API int zinf_adam_destroy(zinf_adam* adam);
 ZINF_API int zinf_adam_step(zinf_adam* adam, int64_t step, float lr, float* param,
                             const void* grad, int grad_dtype, float* exp_avg, float* exp_avg_sq,
                             uint64_t n, void* param16_out, int param16_dtype);
+
+/* ---- the engine: registered tensors paged between device, pinned memory and NVMe ---------- */
+typedef struct zinf_engine zinf_engine;
+
+#define ZINF_TIER_DEVICE 0
+#define ZINF_TIER_HOST 1
+#define ZINF_TIER_NVME 2
+
+/* Roles: what a tensor holds (for budgets per role and the statistics). */
+#define ZINF_ROLE_PARAM 0      /* working weights */
+#define ZINF_ROLE_MASTER 1     /* fp32 master weights */
+#define ZINF_ROLE_EXP_AVG 2    /* Adam's first moment */
+#define ZINF_ROLE_EXP_AVG_SQ 3 /* Adam's second moment */
+#define ZINF_ROLE_GRAD 4       /* gradients */
+#define ZINF_ROLES 5
+
+/* Acquire modes. OVERWRITE (host tier only): the caller writes all of it, so an absent copy is
+   not read from its home (its content is undefined until written); release it dirty.
+   UNTRACED: a read outside the step's order (neither recorded nor matched by the prefetcher). */
+#define ZINF_ACQUIRE_READ 0
+#define ZINF_ACQUIRE_OVERWRITE 1
+#define ZINF_ACQUIRE_UNTRACED 2
+
+#define ZINF_NO_TENSOR UINT64_MAX
+
+typedef struct zinf_engine_params {
+  uint64_t size;            /* sizeof(zinf_engine_params) */
+  const char* config_path;  /* a JSON file with zinf train's keys; NULL: config_json */
+  const char* config_json;  /* the JSON text; both NULL: the defaults */
+  /* Leases held at once in each tier, per role, by every thread together (the memory plan);
+     0: the role is never leased in that tier. */
+  uint32_t device_leases[ZINF_ROLES];
+  uint32_t host_leases[ZINF_ROLES];
+  const char* device;       /* "auto" (a GPU when one answers), "host" or "cuda"; NULL: "auto" */
+} zinf_engine_params;
+
+#define ZINF_ENGINE_PARAMS_INIT \
+  {sizeof(zinf_engine_params), NULL, NULL, {4, 0, 0, 0, 4}, {4, 4, 4, 4, 4}, NULL}
+
+typedef struct zinf_tensor_spec {
+  uint64_t size;     /* sizeof(zinf_tensor_spec) */
+  const char* name;  /* for messages and traces; NULL: "tensor<id>" */
+  uint64_t bytes;    /* > 0 */
+  int role;          /* ZINF_ROLE_* */
+  int home;          /* ZINF_TIER_HOST (pinned memory) or ZINF_TIER_NVME */
+  uint32_t unit;     /* the group it is used with (a layer): prefetch reaches whole units ahead */
+} zinf_tensor_spec;
+
+#define ZINF_TENSOR_SPEC_INIT {sizeof(zinf_tensor_spec), NULL, 0, ZINF_ROLE_PARAM, ZINF_TIER_NVME, 0}
+
+ZINF_API int zinf_engine_open(const zinf_engine_params* params, zinf_engine** out);
+ZINF_API int zinf_engine_close(zinf_engine* engine);
+/* *id: the tensor's handle (0, 1, 2, ... in registration order). */
+ZINF_API int zinf_tensor_register(zinf_engine* engine, const zinf_tensor_spec* spec,
+                                  uint64_t* id);
+/* Plans the memory (see the contract); optional: the first use does it. */
+ZINF_API int zinf_engine_seal(zinf_engine* engine);
+/* Sets the tensor's content (spec.bytes from src) at its home; no lease may be held on it. */
+ZINF_API int zinf_tensor_write(zinf_engine* engine, uint64_t id, const void* src);
+/* Reads its newest content (modified copies included: they are flushed first) into dst. */
+ZINF_API int zinf_tensor_read(zinf_engine* engine, uint64_t id, void* dst);
+/* Drops every copy without writing it home (a consumed gradient); no lease may be held. */
+ZINF_API int zinf_tensor_discard(zinf_engine* engine, uint64_t id);
+ZINF_API int zinf_acquire(zinf_engine* engine, uint64_t id, int tier, int mode, uint64_t* lease);
+ZINF_API int zinf_lease_wait(zinf_engine* engine, uint64_t lease, void** ptr);
+ZINF_API int zinf_release(zinf_engine* engine, uint64_t lease, int dirty);
+/* The end of one step of the caller's loop (the first ends the trace the prefetcher follows). */
+ZINF_API int zinf_engine_end_step(zinf_engine* engine);
+/* paused != 0: acquires are neither recorded nor matched until resumed. */
+ZINF_API int zinf_engine_pause_trace(zinf_engine* engine, int paused);
+ZINF_API int zinf_engine_flush(zinf_engine* engine);
+/* *json: the statistics as a JSON object, valid until this thread's next zinf call. */
+ZINF_API int zinf_engine_stats(zinf_engine* engine, const char** json);
+/* One Adam step over registered tensors: param (fp32, ZINF_ROLE_MASTER or _PARAM), exp_avg and
+   exp_avg_sq (fp32, as many bytes), grad (n = param bytes / 4 elements of grad_dtype, caller's
+   memory), and param16 (optional, ZINF_NO_TENSOR: none) receiving the new weights in
+   param16_dtype. step and lr as zinf_adam_step. */
+ZINF_API int zinf_engine_adam_step(zinf_engine* engine, zinf_adam* adam, int64_t step, float lr,
+                                   uint64_t param, const void* grad, int grad_dtype,
+                                   uint64_t exp_avg, uint64_t exp_avg_sq, uint64_t param16,
+                                   int param16_dtype);
 
 #ifdef __cplusplus
 } /* extern "C" */

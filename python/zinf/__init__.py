@@ -8,5 +8,6 @@ Failures raise zinf.ZinfError (its .status is the ZINF_E_* code; the message nam
 """
 from zinf._lib import ZinfError, version  # noqa: F401
 from zinf.aio import AioHandle  # noqa: F401
+from zinf.engine import Engine  # noqa: F401
 
 __version__ = version()

@@ -77,6 +77,43 @@ lib.zinf_adam_step.argtypes = [_c.c_void_p, _c.c_int64, _c.c_float, _c.c_void_p,
                                _c.c_int, _c.c_void_p, _c.c_void_p, _c.c_uint64, _c.c_void_p,
                                _c.c_int]
 
+ROLES = 5
+TIER_DEVICE, TIER_HOST, TIER_NVME = 0, 1, 2
+ROLE_PARAM, ROLE_MASTER, ROLE_EXP_AVG, ROLE_EXP_AVG_SQ, ROLE_GRAD = range(5)
+ACQUIRE_READ, ACQUIRE_OVERWRITE, ACQUIRE_UNTRACED = 0, 1, 2
+NO_TENSOR = 2**64 - 1
+
+
+class EngineParams(_c.Structure):
+    _fields_ = [("size", _c.c_uint64), ("config_path", _c.c_char_p),
+                ("config_json", _c.c_char_p), ("device_leases", _c.c_uint32 * ROLES),
+                ("host_leases", _c.c_uint32 * ROLES), ("device", _c.c_char_p)]
+
+
+class TensorSpec(_c.Structure):
+    _fields_ = [("size", _c.c_uint64), ("name", _c.c_char_p), ("bytes", _c.c_uint64),
+                ("role", _c.c_int), ("home", _c.c_int), ("unit", _c.c_uint32)]
+
+
+_E = _c.c_void_p
+lib.zinf_engine_open.argtypes = [_c.POINTER(EngineParams), _c.POINTER(_c.c_void_p)]
+lib.zinf_engine_close.argtypes = [_E]
+lib.zinf_tensor_register.argtypes = [_E, _c.POINTER(TensorSpec), _c.POINTER(_c.c_uint64)]
+lib.zinf_engine_seal.argtypes = [_E]
+lib.zinf_tensor_write.argtypes = [_E, _c.c_uint64, _c.c_void_p]
+lib.zinf_tensor_read.argtypes = [_E, _c.c_uint64, _c.c_void_p]
+lib.zinf_tensor_discard.argtypes = [_E, _c.c_uint64]
+lib.zinf_acquire.argtypes = [_E, _c.c_uint64, _c.c_int, _c.c_int, _c.POINTER(_c.c_uint64)]
+lib.zinf_lease_wait.argtypes = [_E, _c.c_uint64, _c.POINTER(_c.c_void_p)]
+lib.zinf_release.argtypes = [_E, _c.c_uint64, _c.c_int]
+lib.zinf_engine_end_step.argtypes = [_E]
+lib.zinf_engine_pause_trace.argtypes = [_E, _c.c_int]
+lib.zinf_engine_flush.argtypes = [_E]
+lib.zinf_engine_stats.argtypes = [_E, _c.POINTER(_c.c_char_p)]
+lib.zinf_engine_adam_step.argtypes = [_E, _c.c_void_p, _c.c_int64, _c.c_float, _c.c_uint64,
+                                      _c.c_void_p, _c.c_int, _c.c_uint64, _c.c_uint64,
+                                      _c.c_uint64, _c.c_int]
+
 
 def check(status):
     """Raises ZinfError for a failed call's status (with the calling thread's message)."""

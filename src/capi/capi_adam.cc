@@ -2,13 +2,9 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/adam.h"
+#include "src/capi/capi_adam.h"
 #include "src/capi/capi_status.h"
 #include "zinf/zinf.h"
-
-struct zinf_adam {
-  zinf::kernels::AdamHyper hyper;
-  zinf::kernels::AdamOptions options;
-};
 
 namespace zinf::capi {
 namespace {
@@ -54,6 +50,8 @@ Status Create(const zinf_adam_params* p, zinf_adam** out) {
   return Status::Ok();
 }
 
+}  // namespace
+
 Status Step(zinf_adam* a, int64_t step, float lr, float* param, const void* grad, int grad_dtype,
             float* exp_avg, float* exp_avg_sq, uint64_t n, void* param16_out,
             int param16_dtype) {
@@ -87,7 +85,6 @@ Status Step(zinf_adam* a, int64_t step, float lr, float* param, const void* grad
   return kernels::AdamStep(h, b, a->options).status();
 }
 
-}  // namespace
 }  // namespace zinf::capi
 
 extern "C" {

@@ -53,7 +53,11 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   if (!pool.ok()) return pool.status().WithContext(c.source + ": zinf.budgets.pinned_bytes");
   rt->pool = std::move(pool).value();
 
-  if (UsesNvme(c)) {
+  if (options.use_nvme.value_or(UsesNvme(c))) {
+    if (c.SwapDir().empty() && c.zinf.stripe_paths.empty()) {
+      return InvalidArgument(c.source + ": NVMe offload needs a directory for its swap file: "
+                             "zinf.swap_dir, zinf.stripe_paths or an offload nvme_path");
+    }
     if (options.swap_bytes == 0) {
       return InvalidArgument("MakeOffloadRuntime: NVMe offload needs a swap size > 0");
     }

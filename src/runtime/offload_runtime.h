@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "io/engine.h"
 #include "offload/pinned_pool.h"
@@ -41,6 +42,9 @@ struct OffloadRuntime {
 
 struct RuntimeOptions {
   uint64_t swap_bytes = 0;  // capacity of the swap file when NVMe is used (> 0 then)
+  // Whether to build the I/O engine and swap file; unset: UsesNvme(config). The embedding
+  // engine sets it from the homes its caller registered.
+  std::optional<bool> use_nvme;
   Tracer* tracer = nullptr;
   DeviceKind device_kind = DeviceKind::kAuto;  // `zinf train --device`
   double h2d_gbps = 0;  // host-emulated device: link rate per direction (0 = memcpy speed)
