@@ -1,5 +1,6 @@
 #include "src/comm/gloo_transport.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -285,7 +286,19 @@ Status Rendezvous(const WorldEnv& env, Ms timeout, GlooTransport& t) {
 
 }  // namespace
 
+// Gloo writes to its sockets with write(2)/writev(2): a peer that died would end this process
+// with SIGPIPE (exit 141, no message) instead of failing the collective with EPIPE, which the
+// watchdog turns into an error naming the rank. Ignored once, unless someone installed a
+// handler of their own (Python already ignores it).
+void IgnoreSigpipe() {
+  struct sigaction old {};
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 Result<std::unique_ptr<Transport>> ConnectGloo(const WorldEnv& env, Ms timeout) {
+  IgnoreSigpipe();
   auto t = std::make_unique<GlooTransport>();
   try {
     Status s = Rendezvous(env, timeout, *t);

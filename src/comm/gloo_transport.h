@@ -5,7 +5,9 @@
 // Post starts Gloo unbound-buffer sends and receives (slot = tag) and whose Wait waits for each
 // with the time left; Gloo's exceptions become Status (a timeout: Aborted naming the peer; a closed or
 // broken connection: Unavailable naming the peer and Gloo's message). The transport keeps rank
-// 0's store server alive for its lifetime.
+// 0's store server alive for its lifetime. ConnectGloo sets SIGPIPE to ignored when it is at its
+// default (Gloo writes to sockets with write(2): a dead peer must be an error naming it, not a
+// silent exit 141 of this process).
 // GlooRaw runs Gloo's own allreduce (ring), allgather and, for the reduce-scatter,
 // ReduceScatterHalvingDoubling, on the same context: the transport's baseline.
 //

@@ -1,6 +1,8 @@
 // The collectives over Gloo's TCP pairs on loopback (ranks as threads of this process, each with
 // its own Gloo context, joined through the TCP store or the file store), the rendezvous's
 // refusals, and Gloo's own collectives (bench-comm's baseline).
+#include <signal.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -121,6 +123,23 @@ TEST(GlooTransportTest, FileStoreRendezvous) {
     ASSERT_TRUE((*c)->AllReduce(&x, DType::kF32, &y, DType::kF32, 1).Wait().ok());
     EXPECT_EQ(y, 3.0f);
   });
+  std::filesystem::remove_all(tmpl);
+}
+
+// A peer that dies mid-collective must be an error naming it, not SIGPIPE ending this process
+// (exit 141, seen once in the kill test of tests/cli/train_ranks_cli_test.cc).
+TEST(GlooTransportTest, JoiningIgnoresSigpipe) {
+  signal(SIGPIPE, SIG_DFL);
+  char tmpl[] = "/tmp/zinf_gloo_fsXXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  OnThreads(2, [&](int r) {
+    WorldEnv e = Env(r, 2, 1);
+    e.store_dir = tmpl;
+    ASSERT_TRUE(Connect(e, Quick()).ok());
+  });
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
   std::filesystem::remove_all(tmpl);
 }
 
