@@ -18,6 +18,11 @@ Result<AlignedBuffer> AlignedBuffer::Allocate(size_t bytes, size_t alignment) {
   }
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t size = (bytes + page - 1) / page * page;
+  // Large buffers on huge pages: physically contiguous 2 MiB runs, so a 1 MiB O_DIRECT request
+  // is one scatter-gather segment instead of 256 (a virtio disk with max_segments 254 splits
+  // it in two otherwise), and fewer TLB misses. Advisory: ignored where THP is off.
+  const bool huge = size >= kHugePageBytes;
+  if (huge && alignment < kHugePageBytes) alignment = kHugePageBytes;
   // mmap is page-aligned; over-map to reach larger alignments, then trim.
   const size_t extra = alignment > page ? alignment : 0;
   void* p = mmap(nullptr, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -30,6 +35,7 @@ Result<AlignedBuffer> AlignedBuffer::Allocate(size_t bytes, size_t alignment) {
   if (aligned > addr) munmap(p, aligned - addr);
   size_t tail = (addr + size + extra) - (aligned + size);
   if (tail > 0) munmap(reinterpret_cast<void*>(aligned + size), tail);
+  if (huge) madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);
   AlignedBuffer b;
   b.data_ = reinterpret_cast<uint8_t*>(aligned);
   b.size_ = bytes;

@@ -2,7 +2,10 @@
 //
 // Contract: Allocate returns zeroed memory aligned to at least `alignment` (rounded up to the
 // page size) and at least `bytes` long, backed by anonymous mmap so the pages are real and
-// never shared with the C heap. Move-only; the memory is unmapped on destruction.
+// never shared with the C heap. Buffers of 2 MiB and more are 2 MiB-aligned and asked to be
+// backed by transparent huge pages (MADV_HUGEPAGE: physically contiguous, so large O_DIRECT
+// requests are not split for the device's segment limit). Move-only; the memory is unmapped on
+// destruction.
 //
 // Thread-safety: the object is a value; its memory is the caller's to share.
 #pragma once
@@ -13,6 +16,8 @@
 #include "zinf/status.h"
 
 namespace zinf::io {
+
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 class AlignedBuffer {
  public:

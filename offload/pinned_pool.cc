@@ -45,11 +45,11 @@ Result<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions& 
           FormatBytesHuman(lim.rlim_cur), (bytes + 1023) / 1024));
     }
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    return Status::FromErrno(errno, fmt::format("pinned pool: mmap {} bytes", bytes));
-  }
+  auto mapping = io::AlignedBuffer::Allocate(bytes, align);
+  if (!mapping.ok()) return mapping.status().WithContext("pinned pool");
+  void* p = mapping->data();
   auto pool = std::unique_ptr<PinnedPool>(new PinnedPool());
+  pool->mapping_ = std::move(*mapping);
   pool->base_ = static_cast<uint8_t*>(p);
   pool->budget_ = bytes;
   pool->alignment_ = static_cast<uint32_t>(align);
@@ -67,10 +67,8 @@ Result<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions& 
 }
 
 PinnedPool::~PinnedPool() {
-  if (base_ != nullptr) {
-    if (locked_) munlock(base_, budget_);
-    munmap(base_, budget_);
-  }
+  if (base_ != nullptr && locked_) munlock(base_, budget_);
+  // mapping_ unmaps it.
 }
 
 Status PinnedPool::RegisterWith(io::Engine& engine) {

@@ -1,6 +1,7 @@
 // offload/pinned_pool.h — the one arena of page-locked host memory, under a hard byte budget.
 //
-// Contract: Create() maps `budget_bytes` once, page-aligned, and locks it in RAM (mlock) so the
+// Contract: Create() maps `budget_bytes` once (io/aligned_buffer.h: huge pages when 2 MiB or
+// more), and locks it in RAM (mlock) so the
 // kernel's DMA (O_DIRECT, io_uring fixed buffers, later cudaHostRegister) never waits on a page
 // fault. Before mapping it checks RLIMIT_MEMLOCK (unless the process may lock without limit)
 // and MemAvailable, and refuses with a message that says what to change. Allocate() hands out
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "io/aligned_buffer.h"
 #include "io/engine.h"
 #include "src/base/arena.h"
 #include "zinf/status.h"
@@ -62,6 +64,7 @@ class PinnedPool {
 
  private:
   PinnedPool() = default;
+  io::AlignedBuffer mapping_;  // the memory (huge pages when large)
   uint8_t* base_ = nullptr;
   uint64_t budget_ = 0;
   uint32_t alignment_ = 4096;
