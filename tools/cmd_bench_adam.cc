@@ -50,7 +50,8 @@ struct BenchAdamArgs {
 };
 
 struct Config {
-  size_t n = 0;
+  std::vector<size_t> sizes;  // --elements: one run per size
+  size_t n = 0;               // the size being run
   int threads = 0;
   kernels::KernelVariant variant = kernels::KernelVariant::kAuto;
   DType grad = DType::kF32;
@@ -84,10 +85,16 @@ Result<Buffer> Allocate(size_t bytes, bool huge_pages) {
 
 Result<Config> ParseConfig(const BenchAdamArgs& a) {
   Config c;
-  Result<uint64_t> n = ParseBytes(a.elements);
-  if (!n.ok()) return n.status().WithContext("--elements");
-  if (*n == 0) return InvalidArgument("--elements must be > 0");
-  c.n = *n;
+  size_t from = 0;
+  while (from <= a.elements.size()) {
+    const size_t comma = std::min(a.elements.find(',', from), a.elements.size());
+    const std::string one = a.elements.substr(from, comma - from);
+    Result<uint64_t> n = ParseBytes(one);
+    if (!n.ok()) return n.status().WithContext("--elements '" + a.elements + "'");
+    if (*n == 0) return InvalidArgument("--elements '" + a.elements + "': sizes must be > 0");
+    c.sizes.push_back(*n);
+    from = comma + 1;
+  }
   Result<std::vector<uint64_t>> threads = ParseUintList(a.threads);
   if (!threads.ok() || threads->size() != 1 || (*threads)[0] > 4096) {
     return InvalidArgument("--threads '" + a.threads + "': expected one count (0 = all cores)");
@@ -140,16 +147,25 @@ float Pattern(uint64_t i, uint64_t salt) {
   return static_cast<float>(static_cast<int32_t>(x >> 32)) * (1.0f / 2147483648.0f);
 }
 
-int RunBenchAdam(const BenchAdamArgs& a) {
+// Calls per timed sample: enough that a sample of a small size lasts milliseconds (16M
+// elements' worth), so the clock's resolution does not matter and each call's fixed cost (the
+// threads' dispatch) is counted as often as a framework stepping many small tensors pays it.
+size_t CallsPerSample(size_t n) {
+  return std::clamp<size_t>((size_t{16} << 20) / n, 1, 100000);
+}
+
+struct SizeResult {
+  size_t n = 0;
+  double adam_ns_per_element = 0, adam_gbps = 0, copy_gbps = 0;
+};
+
+int RunSize(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant resolved,
+            std::vector<SizeResult>* results) {
   auto fail = [](const Status& s, int code) {
     fmt::print(stderr, "zinf bench-adam: {}\n", s.ToString());
     return code;
   };
-  Result<Config> parsed = ParseConfig(a);
-  if (!parsed.ok()) return fail(parsed.status(), 2);
-  const Config& c = *parsed;
-  Result<kernels::KernelVariant> variant = kernels::ResolveVariant(c.variant);
-  if (!variant.ok()) return fail(variant.status(), 2);
+  const Result<kernels::KernelVariant> variant = resolved;
 
   kernels::KernelOptions kopt;
   kopt.variant = *variant;
@@ -163,6 +179,7 @@ int RunBenchAdam(const BenchAdamArgs& a) {
   aopt.stream_param16 = c.stream_param16;
 
   const size_t n = c.n;
+  const size_t calls = CallsPerSample(n);
   // The baseline is the plain fp32 step (fp32 gradients and state, no 16-bit copy, no
   // pre-scan). When the configured step differs from it, both run interleaved in this process
   // so that the ratio of their times is measured under the same conditions.
@@ -266,9 +283,12 @@ int RunBenchAdam(const BenchAdamArgs& a) {
   // its own steady state (for example, the copy does not pay for writing back the dirty lines
   // an Adam step left in the caches), and the kernels alternate so that a disturbance on this
   // shared machine hits all of them alike.
-  auto timed = [](auto& f) {
+  auto timed = [calls](auto& f) {
     f();
-    return Seconds(f);
+    return Seconds([&] {
+             for (size_t r = 0; r < calls; ++r) f();
+           }) /
+           static_cast<double>(calls);
   };
   std::vector<double> t_adam, t_base, t_rel, t_copy, t_triad, t_scan;
   for (int k = 0; k < c.iters; ++k) {
@@ -307,6 +327,7 @@ int RunBenchAdam(const BenchAdamArgs& a) {
     j["huge_pages"] = !a.no_huge_pages;
     j["check_finite"] = a.check_finite;
     j["iters"] = c.iters;
+    j["calls_per_sample"] = calls;
     j["chunk_elems"] = c.chunk;
     j["bytes_per_element"] = adam_bpe;
     j["adam_ms"] = adam_s * 1e3;
@@ -331,11 +352,12 @@ int RunBenchAdam(const BenchAdamArgs& a) {
   }
   fmt::print(
       "zinf bench-adam: {} elements ({}), {} threads, variant {}, grad {}, state {}, "
-      "param16 {}{}{}; medians of {} iterations\n",
+      "param16 {}{}{}; medians of {} iterations{}\n",
       n, FormatBytesShort(n), threads, variant_name, kernels::DTypeName(c.grad),
       kernels::DTypeName(c.state), p16_name,
       c.has_param16 && c.stream_param16 ? " (streaming stores)" : "",
-      a.check_finite ? ", check_finite on" : "", c.iters);
+      a.check_finite ? ", check_finite on" : "", c.iters,
+      calls > 1 ? fmt::format(" of {} calls each (times per call)", calls) : "");
   fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n", "adam step",
              adam_bpe, adam_gbps, adam_s * 1e9 / nd, adam_s * 1e3);
   fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n",
@@ -353,6 +375,35 @@ int RunBenchAdam(const BenchAdamArgs& a) {
   }
   fmt::print("  ratio adam/copy {:.3f}; check_finite costs {:.1f}% of a step\n",
              adam_gbps / copy_gbps, 100 * scan_s / (a.check_finite ? adam_s - scan_s : adam_s));
+  results->push_back({n, adam_s * 1e9 / nd, adam_gbps, copy_gbps});
+  return 0;
+}
+
+int RunBenchAdam(const BenchAdamArgs& a) {
+  Result<Config> parsed = ParseConfig(a);
+  if (!parsed.ok()) {
+    fmt::print(stderr, "zinf bench-adam: {}\n", parsed.status().ToString());
+    return 2;
+  }
+  Config c = *parsed;
+  Result<kernels::KernelVariant> variant = kernels::ResolveVariant(c.variant);
+  if (!variant.ok()) {
+    fmt::print(stderr, "zinf bench-adam: {}\n", variant.status().ToString());
+    return 2;
+  }
+  std::vector<SizeResult> results;
+  for (size_t n : c.sizes) {
+    c.n = n;
+    if (int rc = RunSize(a, c, *variant, &results); rc != 0) return rc;
+  }
+  if (results.size() > 1 && !a.json) {
+    fmt::print("size sweep (adam step, per call):\n  {:>12} {:>10} {:>10} {:>10}\n", "elements",
+               "ns/elem", "GB/s", "copy GB/s");
+    for (const SizeResult& r : results) {
+      fmt::print("  {:>12} {:>10.3f} {:>10.2f} {:>10.2f}\n", FormatBytesShort(r.n),
+                 r.adam_ns_per_element, r.adam_gbps, r.copy_gbps);
+    }
+  }
   return 0;
 }
 
@@ -363,7 +414,9 @@ void RegisterBenchAdam(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "bench-adam",
       "Time the CPU Adam step against the memory's streaming-copy and triad bandwidth");
-  cmd->add_option("--elements", args->elements, "Elements per buffer (suffixes K, M, G: 2^10...)")
+  cmd->add_option("--elements", args->elements,
+                  "Elements per buffer (suffixes K, M, G: 2^10...); a comma-separated list runs "
+                  "each size (a sweep)")
       ->capture_default_str();
   cmd->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--variant", args->variant, "auto, scalar, avx2, avx512 or avx512_bf16")

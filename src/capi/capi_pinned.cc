@@ -1,5 +1,7 @@
 // The C ABI's pinned buffers (include/zinf/zinf.h): page-aligned, locked in RAM, tracked so that
-// a free of a pointer zinf did not hand out is refused instead of corrupting the heap.
+// a free of a pointer zinf did not hand out is refused instead of corrupting the heap. Mapped by
+// io::AlignedBuffer: huge pages from 2 MiB up, so large O_DIRECT transfers are not split for the
+// device's segment limit.
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -10,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "io/aligned_buffer.h"
 #include "src/base/units.h"
 #include "src/capi/capi_status.h"
 #include "zinf/zinf.h"
@@ -23,8 +26,8 @@ std::mutex& BuffersMu() {
   static std::mutex mu;
   return mu;
 }
-std::map<void*, uint64_t>& Buffers() {  // GUARDED_BY(BuffersMu())
-  static auto* m = new std::map<void*, uint64_t>();
+std::map<void*, io::AlignedBuffer>& Buffers() {  // GUARDED_BY(BuffersMu())
+  static auto* m = new std::map<void*, io::AlignedBuffer>();
   return *m;
 }
 
@@ -33,13 +36,11 @@ Status Alloc(uint64_t bytes, void** out) {
   *out = nullptr;
   if (bytes == 0) return InvalidArgument("zinf_pinned_alloc: 0 bytes");
   const uint64_t rounded = (bytes + kPage - 1) / kPage * kPage;
-  void* p = std::aligned_alloc(kPage, rounded);
-  if (p == nullptr) {
-    return ResourceExhausted(fmt::format("zinf_pinned_alloc: {} bytes: out of memory", bytes));
-  }
+  auto buffer = io::AlignedBuffer::Allocate(rounded, kPage);
+  if (!buffer.ok()) return buffer.status().WithContext("zinf_pinned_alloc");
+  void* p = buffer->data();
   if (::mlock(p, rounded) != 0) {
     const int err = errno;
-    std::free(p);
     rlimit lim{};
     ::getrlimit(RLIMIT_MEMLOCK, &lim);
     return Status::FromErrno(
@@ -50,14 +51,14 @@ Status Alloc(uint64_t bytes, void** out) {
                                                        : std::to_string(lim.rlim_cur)));
   }
   std::lock_guard<std::mutex> lock(BuffersMu());
-  Buffers()[p] = rounded;
+  Buffers().emplace(p, std::move(*buffer));
   *out = p;
   return Status::Ok();
 }
 
 Status Free(void* p) {
   if (p == nullptr) return Status::Ok();
-  uint64_t bytes = 0;
+  io::AlignedBuffer buffer;
   {
     std::lock_guard<std::mutex> lock(BuffersMu());
     auto it = Buffers().find(p);
@@ -66,12 +67,11 @@ Status Free(void* p) {
           "zinf_pinned_free: {} was not returned by zinf_pinned_alloc (or was freed already)",
           p));
     }
-    bytes = it->second;
+    buffer = std::move(it->second);
     Buffers().erase(it);
   }
-  ::munlock(p, bytes);
-  std::free(p);
-  return Status::Ok();
+  ::munlock(p, buffer.size());
+  return Status::Ok();  // buffer unmaps it
 }
 
 }  // namespace
