@@ -12,7 +12,9 @@ With glibc's defaults each 256 MiB temporary of a 64M-element step is a fresh mm
 faults are paid on every step, and on a VM they are expensive. Each round therefore times torch
 twice: as installed ("torch") and with glibc told to keep freed memory for reuse
 (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_ large: "torch_reuse"), the fairer figure for the
-arithmetic itself. zinf's fused step has no temporaries.
+arithmetic itself. zinf's fused step has no temporaries. Each round also times
+zinf.optim.CPUAdam (python/zinf over the libzinf.so next to --zinf) on the same tensor in a
+fresh process, as torch's sample is timed.
 
 Run with Debian's python (it has python3-torch):
   /usr/bin/python3 bench/compare_torch_adam.py [--zinf build/zinf] [--elements 64M]
@@ -43,6 +45,12 @@ for _ in range(iters):
 print(json.dumps({"median_s": statistics.median(times), "version": torch.__version__}))
 """
 
+# zinf.optim.CPUAdam (python/zinf over libzinf.so) on the same tensor: what a PyTorch user
+# swapping torch's Adam for zinf's gets, Python and ctypes included.
+OPTIM_SAMPLE = TORCH_SAMPLE.replace(
+    "opt = torch.optim.Adam([p], lr=1e-3, foreach=True)  # weight_decay 0: torch's cheapest path",
+    "from zinf.optim import CPUAdam\nopt = CPUAdam([p], lr=1e-3, adamw_mode=False)")
+
 REUSE_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
 
@@ -57,6 +65,16 @@ def parse_count(text):
 def torch_sample(n, threads, iters, reuse):
     env = dict(os.environ, **REUSE_ENV) if reuse else dict(os.environ)
     out = subprocess.run([sys.executable, "-c", TORCH_SAMPLE, str(n), str(threads), str(iters)],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out)
+
+
+def optim_sample(zinf, n, threads, iters):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"),
+               ZINF_LIBRARY=os.path.join(os.path.dirname(os.path.abspath(zinf)), "src", "capi",
+                                         "libzinf.so"))
+    out = subprocess.run([sys.executable, "-c", OPTIM_SAMPLE, str(n), str(threads), str(iters)],
                          check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out)
 
@@ -96,7 +114,7 @@ def main():
               "/usr/bin/python3 (Debian's python3-torch)", file=sys.stderr)
         return 2
 
-    samples = {"torch": [], "torch_reuse": [], "zinf": []}
+    samples = {"torch": [], "torch_reuse": [], "zinf": [], "zinf_optim": []}
     zinf_runs = []
     version = "?"
     for k in range(args.rounds):
@@ -108,8 +126,11 @@ def main():
         samples["zinf"].append(z["adam_ms"] / 1e3)
         samples["torch_reuse"].append(
             torch_sample(n, args.threads, args.iters, reuse=True)["median_s"])
+        samples["zinf_optim"].append(
+            optim_sample(args.zinf, n, args.threads, args.iters)["median_s"])
         print(f"round {k + 1}: torch {samples['torch'][-1] * 1e3:8.1f} ms  "
               f"torch_reuse {samples['torch_reuse'][-1] * 1e3:7.1f} ms  "
+              f"zinf.optim.CPUAdam {samples['zinf_optim'][-1] * 1e3:7.2f} ms  "
               f"zinf {samples['zinf'][-1] * 1e3:6.2f} ms ({z['variant']}, {z['adam_gbps']:.1f} "
               f"GB/s, {z['ratio']:.3f} x streaming copy)", file=sys.stderr)
 
@@ -123,6 +144,8 @@ def main():
         "copy_gbps": statistics.median(r["copy_gbps"] for r in zinf_runs),
         "speedup": med["torch"] / med["zinf"],
         "speedup_vs_reuse": med["torch_reuse"] / med["zinf"],
+        "zinf_optim_ms": med["zinf_optim"] * 1e3,
+        "optim_speedup_vs_reuse": med["torch_reuse"] / med["zinf_optim"],
     }
     if args.json:
         print(json.dumps(result))
@@ -134,6 +157,8 @@ def main():
     print(f"  zinf {result['zinf_variant']:<12} {result['zinf_gbps']:6.1f} GB/s"
           f"                 {result['zinf_ms']:9.2f} ms  (streaming copy "
           f"{result['copy_gbps']:.1f} GB/s)")
+    print(f"  zinf.optim.CPUAdam from Python (ctypes)         {result['zinf_optim_ms']:9.2f} ms")
+    print(f"  zinf.optim.CPUAdam {result['optim_speedup_vs_reuse']:.2f}x vs torch_reuse")
     print(f"  speedup {result['speedup']:.2f}x vs torch as installed, "
           f"{result['speedup_vs_reuse']:.2f}x vs torch_reuse")
     return 0
