@@ -1,7 +1,8 @@
 #!/bin/bash
 # The embedding package end to end: `cmake --install` of the build into a temporary prefix,
-# then examples/embed built against it with find_package(zinf) and with pkg-config, and run;
-# and libzinf.so exports nothing but zinf_* (under its version node).
+# then examples/embed built against it with find_package(zinf) and with pkg-config, each
+# linked to libzinf.so and to libzinf.a, and run; and libzinf.so exports nothing but zinf_*
+# (under its version node).
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -24,9 +25,16 @@ cmake -S "$src/examples/embed" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$tmp/p
   -DCMAKE_BUILD_RPATH="$(dirname "$lib")" > "$tmp/cmake.log"
 cmake --build "$tmp/cmake-build" > "$tmp/build.log"
 "$tmp/cmake-build/embed" "$tmp/work"
+"$tmp/cmake-build/embed-static" "$tmp/work"
+if ldd "$tmp/cmake-build/embed-static" | grep -q libzinf; then
+  echo "embed-static loads libzinf.so"; exit 1
+fi
 # pkg-config
 export PKG_CONFIG_PATH=$(dirname "$lib")/pkgconfig
 cc -std=c99 -Wall -Wextra -Werror "$src/examples/embed/embed.c" -o "$tmp/embed-pc" \
   $(pkg-config --cflags --libs zinf) -lm -Wl,-rpath,"$(dirname "$lib")"
 "$tmp/embed-pc" "$tmp/work"
+cc -std=c99 -Wall -Wextra -Werror "$src/examples/embed/embed.c" -o "$tmp/embed-pc-static" \
+  $(pkg-config --cflags --libs zinf-static) -lm
+"$tmp/embed-pc-static" "$tmp/work"
 echo "install_test: ok"
