@@ -41,6 +41,9 @@ def main():
     ap.add_argument("--key", required=True, help="the JSON field compared (e.g. gbps)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--disk", default=None)
+    ap.add_argument("--json-file", default=None,
+                    help="read the figure from this file (e.g. train's --summary-json) "
+                         "instead of the last line of stdout")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="-- the zinf arguments")
     a = ap.parse_args()
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
@@ -55,7 +58,12 @@ def main():
             if out.returncode != 0:
                 raise SystemExit(f"compare_builds: {bins[side]} exited {out.returncode}: "
                                  f"{out.stderr.strip()[-500:]}")
-            j = json.loads(out.stdout.strip().splitlines()[-1])
+            if a.json_file:
+                with open(a.json_file) as f:
+                    j = json.loads(f.read().strip().splitlines()[-1])
+                os.remove(a.json_file)
+            else:
+                j = json.loads(out.stdout.strip().splitlines()[-1])
             res[side].append(float(j[a.key]))
             d = [y - x for x, y in zip(c0, c1)]
             print(f"round {r} {side}: {a.key} {j[a.key]:.4g}  {disk}: read {d[0]} requests "

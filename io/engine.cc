@@ -178,7 +178,7 @@ Result<Ticket> Engine::Enqueue(std::unique_lock<std::mutex>& lock, const Request
   op->cb = std::move(cb);
   Op* raw = op.get();
   ops_.emplace(id, std::move(op));
-  pending_.push_back(raw);
+  pending_[static_cast<int>(r.priority)].push_back(raw);
   work_cv_.notify_one();
   Pump();
   // `raw` may be gone after this (FlushLocked can release the lock): only `id` is used.
@@ -200,8 +200,16 @@ Status Engine::Submit(const Request& request, Callback done) {
 }
 
 void Engine::Pump() {
-  while (!free_slots_.empty() && !pending_.empty()) {
-    Op* op = pending_.front();
+  while (!free_slots_.empty()) {
+    std::deque<Op*>* queue = nullptr;  // the most urgent priority with work
+    for (auto& q : pending_) {
+      if (!q.empty()) {
+        queue = &q;
+        break;
+      }
+    }
+    if (queue == nullptr) break;
+    Op* op = queue->front();
     const FileEntry& f = files_[op->req.file];
     const FileLayout& l = f.layout;
     uint64_t logical = op->req.offset + op->cut;
@@ -231,7 +239,7 @@ void Engine::Pump() {
     s.piece.tag = slot;
     op->cut += len;
     op->inflight++;
-    if (op->cut == op->req.len) pending_.pop_front();
+    if (op->cut == op->req.len) queue->pop_front();
     PrepareSlot(slot);
   }
 }
@@ -347,8 +355,9 @@ void Engine::Fail(Op* op, Status status) {
     op->status = std::move(status);
     stats_.failed_requests++;
     // Pieces not yet cut are never issued.
-    auto it = std::find(pending_.begin(), pending_.end(), op);
-    if (it != pending_.end()) pending_.erase(it);
+    auto& q = pending_[static_cast<int>(op->req.priority)];
+    auto it = std::find(q.begin(), q.end(), op);
+    if (it != q.end()) q.erase(it);
   }
 }
 

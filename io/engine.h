@@ -10,10 +10,12 @@
 //   that passes validation is accepted, and every later failure, including the kernel refusing
 //   the submit, is reported through that request (Wait's status or the callback), never only
 //   logged. The request is split into pieces of at most block_size bytes, never crossing a
-//   stripe boundary; at most queue_depth pieces are in flight. A short transfer is resubmitted
-//   for its remainder, EAGAIN and EINTR are retried (max_retries per piece), any other error
-//   fails the request with a status naming the file, physical offset, length and errno. End of
-//   file on a read is OutOfRange. A request is reported OK only when every byte was
+//   stripe boundary; at most queue_depth pieces are in flight. Pending requests are cut in
+//   order of Request::priority (demand, then prefetch, then background), first come first
+//   served within one; a piece already in the kernel is not preempted. A short transfer is
+//   resubmitted for its remainder, EAGAIN and EINTR are retried (max_retries per piece), any
+//   other error fails the request with a status naming the file, physical offset, length and
+//   errno. End of file on a read is OutOfRange. A request is reported OK only when every byte was
 //   transferred, and is reported (callback or Wait) only after none of its pieces is still in
 //   the kernel, so its buffer is free to reuse.
 // - Submitting to the kernel (io_uring_enter, io_submit): a transient refusal (EAGAIN, EBUSY,
@@ -194,7 +196,7 @@ class Engine {
   bool buffers_registered_ = false;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  std::deque<Op*> pending_;  // ops with bytes not yet cut into pieces
+  std::deque<Op*> pending_[kPriorities];  // ops with bytes not yet cut, by priority
   std::unordered_map<Ticket, std::unique_ptr<Op>> ops_;  // unfinished ops
   std::unordered_map<Ticket, Status> finished_;         // finished ops awaiting Wait
   std::vector<std::unique_ptr<Op>> to_notify_;  // finished callback ops, callbacks not yet run

@@ -22,12 +22,20 @@ inline std::string_view OpKindName(OpKind k) { return k == OpKind::kRead ? "read
 
 using FileId = uint32_t;
 
+// Who waits for a request, most urgent first. The engine cuts pending requests into pieces in
+// this order (first come, first served within one priority); pieces already in the kernel are
+// never preempted. kDemand: a caller blocks on it now (the default); kPrefetch: fetched ahead of
+// use; kBackground: the optimizer's read-ahead and write-behind.
+enum class Priority : uint8_t { kDemand = 0, kPrefetch = 1, kBackground = 2 };
+inline constexpr int kPriorities = 3;
+
 struct Request {
   OpKind op = OpKind::kRead;
   FileId file = 0;
   uint64_t offset = 0;  // logical offset within the (possibly striped) file
   void* buf = nullptr;
   size_t len = 0;
+  Priority priority = Priority::kDemand;
 };
 
 // Called once per request, on the thread that reaped its last piece, with the request's final

@@ -170,7 +170,8 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     for (auto [ext, off] : parts) {
       st.reads_left[unit]++;
       st.reads_in_flight++;
-      Status s = engine.Submit({io::OpKind::kRead, file, ext->offset, slab + off, l.state_bytes},
+      Status s = engine.Submit({io::OpKind::kRead, file, ext->offset, slab + off, l.state_bytes,
+                                   io::Priority::kBackground},
                                on_read(unit));
       if (!s.ok()) {
         st.reads_left[unit]--;
@@ -307,7 +308,8 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       uint64_t len = ext == &u.param16 ? l.param16_bytes : l.state_bytes;
       st.writes_left[i]++;
       st.writes_in_flight++;
-      Status s = engine.Submit({io::OpKind::kWrite, file, ext->offset, slab + off, len},
+      Status s = engine.Submit({io::OpKind::kWrite, file, ext->offset, slab + off, len,
+                                   io::Priority::kBackground},
                                on_write(i));
       if (!s.ok()) {
         st.writes_left[i]--;

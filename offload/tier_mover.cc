@@ -381,8 +381,10 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
     Log().debug("tier: read {} from nvme (prefetch {})", s.spec.name, prefetch);
     inflight_bytes_[0] += s.host_bytes;
     LinkBusy(0, +1);
+    // A prefetch waits behind what callers wait for now (io/request.h's priorities).
     Status st = swap_->engine().Submit(
-        {io::OpKind::kRead, swap_->file(), s.extent.offset, c.ptr, s.host_bytes},
+        {io::OpKind::kRead, swap_->file(), s.extent.offset, c.ptr, s.host_bytes,
+         prefetch ? io::Priority::kPrefetch : io::Priority::kDemand},
         [this, id, t0 = Clock::now()](const Status& r) {
           std::lock_guard l(mu_);
           Shard& sh = *shards_[id];

@@ -225,7 +225,8 @@ typedef struct zinf_tensor_spec {
   uint32_t unit;     /* the group it is used with (a layer): prefetch reaches whole units ahead */
 } zinf_tensor_spec;
 
-#define ZINF_TENSOR_SPEC_INIT {sizeof(zinf_tensor_spec), NULL, 0, ZINF_ROLE_PARAM, ZINF_TIER_NVME, 0}
+#define ZINF_TENSOR_SPEC_INIT \
+  {sizeof(zinf_tensor_spec), NULL, 0, ZINF_ROLE_PARAM, ZINF_TIER_NVME, 0}
 
 ZINF_API int zinf_engine_open(const zinf_engine_params* params, zinf_engine** out);
 ZINF_API int zinf_engine_close(zinf_engine* engine);

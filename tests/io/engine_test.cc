@@ -73,6 +73,13 @@ class EngineTest : public ::testing::TestWithParam<EngineKind> {
     for (Ticket t : tickets) ASSERT_TRUE(engine_->Wait(t).ok());
   }
 
+  // The file holds shadow_, written with one request.
+  void WriteAllOnce() {
+    std::memcpy(io_.data(), shadow_.data(), kFileBytes);
+    ASSERT_TRUE(engine_->Write(file_, 0, io_.data(), kFileBytes).ok());
+    std::memset(io_.data(), 0, kFileBytes);
+  }
+
   TempDir dir_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<SwapFile> swap_;
@@ -198,6 +205,34 @@ TEST_P(EngineTest, CallbacksMaySubmitMore) {
   std::memset(io_.data(), 0, kFileBytes);
   ASSERT_TRUE(engine_->Read(file_, 0, io_.data(), kFileBytes).ok());
   EXPECT_EQ(0, std::memcmp(io_.data(), shadow_.data(), kFileBytes));
+}
+
+// A demand read queued behind a long read-ahead completes first: pending requests are cut into
+// pieces by priority, so the demand piece takes the first slot that frees (the read-ahead's 8
+// pieces already in the kernel are not preempted); a prefetch beats the read-ahead too.
+TEST_P(EngineTest, ADemandReadOvertakesALongReadAhead) {
+  WriteAllOnce();
+  std::vector<std::string> done;
+  auto record = [&](const char* what) {
+    return [&done, what](const Status& s) {
+      EXPECT_TRUE(s.ok()) << what << ": " << s.ToString();
+      done.push_back(what);
+    };
+  };
+  const uint64_t block = 256 << 10;
+  ASSERT_TRUE(engine_->Submit({OpKind::kRead, file_, 0, io_.data(), 16 << 20,
+                               Priority::kBackground},
+                              record("read-ahead")).ok());
+  ASSERT_TRUE(engine_->Submit({OpKind::kRead, file_, 20 << 20, io_.data() + (20 << 20), block,
+                               Priority::kPrefetch},
+                              record("prefetch")).ok());
+  ASSERT_TRUE(engine_->Submit({OpKind::kRead, file_, 24 << 20, io_.data() + (24 << 20), block},
+                              record("demand")).ok());
+  ASSERT_TRUE(engine_->Drain().ok());
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done.back(), "read-ahead") << done[0] << ", " << done[1] << ", " << done[2];
+  EXPECT_EQ(0, std::memcmp(io_.data(), shadow_.data(), 16 << 20));
+  EXPECT_EQ(0, std::memcmp(io_.data() + (24 << 20), shadow_.data() + (24 << 20), block));
 }
 
 TEST_P(EngineTest, ReaperCompletesRequestsWithoutPolling) {
