@@ -98,6 +98,13 @@ UnitChunk ChunkOfUnit(uint64_t n, uint32_t world, uint32_t rank) {
   return {lo, std::min(per, n - lo), per};
 }
 
+std::optional<uint64_t> StepOfDirName(const std::string& name) {
+  static const std::regex kDir("step-([0-9]{10})");
+  std::smatch m;
+  if (!std::regex_match(name, m, kDir)) return std::nullopt;
+  return std::stoull(m[1].str());
+}
+
 json Manifest::ToJson() const {
   json files_j = json::array();
   for (const FileEntry& f : files) {
@@ -401,11 +408,9 @@ Result<Manifest> ReadPart(const Manifest& global, uint32_t rank,
 std::vector<CommittedCheckpoint> Committed(const std::string& root) {
   std::vector<CommittedCheckpoint> out;
   std::error_code ec;
-  static const std::regex kDir("step-([0-9]{10})");
   for (const auto& e : fs::directory_iterator(root, ec)) {
-    std::smatch m;
     const std::string name = e.path().filename().string();
-    if (!e.is_directory() || !std::regex_match(name, m, kDir)) continue;
+    if (!e.is_directory() || !StepOfDirName(name)) continue;
     if (!fs::exists(e.path() / kManifestName)) continue;  // not committed
     auto manifest = Read(e.path().string());
     if (!manifest.ok()) {
@@ -428,11 +433,10 @@ Result<std::string> Resolve(const std::string& path) {
   if (fs::exists(fs::path(path) / kManifestName)) return path;
   // The newest directory holding a manifest: a manifest exists only once committed, so one that
   // does not read is damaged, and an older checkpoint is not taken in its place silently.
-  static const std::regex kDir("step-([0-9]{10})");
   std::string latest;
   for (const auto& e : fs::directory_iterator(path, ec)) {
     const std::string name = e.path().filename().string();
-    if (!e.is_directory() || !std::regex_match(name, kDir)) continue;
+    if (!e.is_directory() || !StepOfDirName(name)) continue;
     if (!fs::exists(e.path() / kManifestName)) continue;  // not committed
     if (latest.empty() || name > fs::path(latest).filename().string()) latest = e.path().string();
   }
@@ -498,12 +502,24 @@ Result<uint64_t> HashShard(const Manifest& m, const ShardEntry& s) {
 
 }  // namespace
 
+Result<std::vector<Manifest>> ReadParts(const Manifest& m, std::optional<uint32_t> ranks) {
+  std::vector<Manifest> out;
+  if (!m.HasParts()) {
+    out.push_back(m);
+    return out;
+  }
+  const uint32_t n = std::min<uint32_t>(ranks.value_or(m.world_size), m.world_size);
+  for (uint32_t r = 0; r < n; ++r) {
+    ZINF_ASSIGN_OR_RETURN(Manifest part, ReadPart(m, r));
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
 Status Verify(const Manifest& m, const std::function<void(const ShardEntry&)>& progress) {
   if (m.HasParts()) {
-    for (uint32_t r = 0; r < m.world_size; ++r) {
-      ZINF_ASSIGN_OR_RETURN(const Manifest part, ReadPart(m, r));
-      ZINF_RETURN_IF_ERROR(Verify(part, progress));
-    }
+    ZINF_ASSIGN_OR_RETURN(const std::vector<Manifest> parts, ReadParts(m));
+    for (const Manifest& part : parts) ZINF_RETURN_IF_ERROR(Verify(part, progress));
     return Status::Ok();
   }
   for (const ShardEntry& s : m.shards) {

@@ -140,6 +140,8 @@ struct Manifest {
 uint64_t DtypeBytes(const std::string& dtype);
 
 std::string CheckpointDirName(uint64_t step);  // "step-0000000012"
+// The step a directory name like CheckpointDirName's stands for; nullopt for any other name.
+std::optional<uint64_t> StepOfDirName(const std::string& name);
 
 Status Commit(const std::string& dir, const Manifest& manifest);
 Result<Manifest> Read(const std::string& dir,
@@ -149,6 +151,11 @@ Result<Manifest> Read(const std::string& dir,
 // allowed_swap_files as Read's.
 Result<Manifest> ReadPart(const Manifest& global, uint32_t rank,
                           const std::optional<std::vector<std::string>>& allowed_swap_files = {});
+// The manifests holding a checkpoint's state: {m} itself when it has no parts, else its parts
+// of ranks 0 .. n-1 (n: `ranks`, at most the world size; unset: every rank), each checked as
+// ReadPart does.
+Result<std::vector<Manifest>> ReadParts(const Manifest& m,
+                                        std::optional<uint32_t> ranks = std::nullopt);
 
 struct CommittedCheckpoint {
   uint64_t step = 0;

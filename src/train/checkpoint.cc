@@ -8,7 +8,6 @@
 #include <bit>
 #include <chrono>
 #include <filesystem>
-#include <regex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -126,10 +125,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointerOpt
     // This rank's parts of checkpoints never committed (a run that failed before rank 0 wrote
     // the manifest) go before any rank writes: rank 0 must never take one for a new part. (No
     // rank saves before every rank is past this: the first step's collectives.)
-    static const std::regex kDir("step-([0-9]{10})");
     for (const auto& e : fs::directory_iterator(o.root, ec)) {
       const std::string name = e.path().filename().string();
-      if (!e.is_directory() || !std::regex_match(name, kDir)) continue;
+      if (!e.is_directory() || !ckpt::StepOfDirName(name)) continue;
       if (fs::exists(e.path() / ckpt::kManifestName)) continue;
       const fs::path part = e.path() / ckpt::RankPartDirName(o.rank);
       fs::remove_all(part, ec);
@@ -407,12 +405,9 @@ Status Checkpointer::Prune(uint64_t newest) {
   // newest: a crashed writer's (across ranks a newer one may be another rank's part in the
   // making).
   std::error_code ec;
-  static const std::regex kDir("step-([0-9]{10})");
   for (const auto& e : fs::directory_iterator(options_.root, ec)) {
-    const std::string name = e.path().filename().string();
-    std::smatch match;
-    if (!e.is_directory() || !std::regex_match(name, match, kDir)) continue;
-    if (std::stoull(match[1].str()) >= newest) continue;
+    const std::optional<uint64_t> step = ckpt::StepOfDirName(e.path().filename().string());
+    if (!e.is_directory() || !step || *step >= newest) continue;
     if (!fs::exists(e.path() / ckpt::kManifestName)) doomed.push_back(e.path().string());
   }
   // Across ranks only rank 0 removes (the others' parts go with their step's directory).

@@ -76,15 +76,7 @@ Result<std::string> Describe(const ckpt::Manifest& m) {
                      m.state["loss_scaler"].value("scale", 1.0)));
   }
   // The manifests holding the state: the checkpoint's own, or every rank's part.
-  std::vector<ckpt::Manifest> holders;
-  if (m.HasParts()) {
-    for (uint32_t r = 0; r < m.world_size; ++r) {
-      ZINF_ASSIGN_OR_RETURN(ckpt::Manifest part, ckpt::ReadPart(m, r));
-      holders.push_back(std::move(part));
-    }
-  } else {
-    holders.push_back(m);
-  }
+  ZINF_ASSIGN_OR_RETURN(const std::vector<ckpt::Manifest> holders, ckpt::ReadParts(m));
   // Bytes per role and tier.
   std::map<std::string, std::map<std::string, uint64_t>> bytes;  // role -> tier -> bytes
   uint64_t total = 0, count = 0;
@@ -128,16 +120,10 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
   ZINF_ASSIGN_OR_RETURN(GptDims d, DimsOf(m));
   // The manifests holding the state: the checkpoint's own, or across ranks its parts (all of
   // them for "unit-chunks"; rank 0's for "replicated", every rank holding the same).
-  auto parts = std::make_shared<std::vector<ckpt::Manifest>>();
-  if (!m.HasParts()) {
-    parts->push_back(m);
-  } else {
-    const uint32_t n = m.partition == ckpt::kPartitionUnitChunks ? m.world_size : 1;
-    for (uint32_t r = 0; r < n; ++r) {
-      ZINF_ASSIGN_OR_RETURN(ckpt::Manifest part, ckpt::ReadPart(m, r));
-      parts->push_back(std::move(part));
-    }
-  }
+  ZINF_ASSIGN_OR_RETURN(
+      std::vector<ckpt::Manifest> read,
+      ckpt::ReadParts(m, m.partition == ckpt::kPartitionUnitChunks ? m.world_size : 1));
+  auto parts = std::make_shared<std::vector<ckpt::Manifest>>(std::move(read));
   std::vector<std::vector<StateShardSet>> shards_of;  // [part][unit][role]
   for (const ckpt::Manifest& part : *parts) {
     ZINF_ASSIGN_OR_RETURN(auto by_unit, StateShardsByUnit(part, d));

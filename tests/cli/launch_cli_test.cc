@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "src/comm/tcp_store.h"
 #include "tests/cli/cli_util.h"
+#include "tests/cli/rank_cli_util.h"
 #include "tests/test_util.h"
 
 namespace zinf {
@@ -21,11 +21,7 @@ namespace {
 
 using testing::RunZinf;
 using testing::TempDir;
-
-uint16_t FreePort() {
-  auto s = comm::TcpStoreServer::Start("127.0.0.1", 0);
-  return s.ok() ? (*s)->port() : 0;
-}
+using testing::ranks::FreePort;
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

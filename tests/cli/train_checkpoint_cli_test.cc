@@ -42,18 +42,6 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kSteps = 8;
 
-// What must agree between two runs, step by step: everything a losses line holds but its time.
-std::vector<std::string> LossRecords(const std::vector<std::string>& paths) {
-  std::vector<std::string> r;
-  for (const std::string& p : paths) {
-    for (nlohmann::json j : ReadJsonLines(p)) {
-      j.erase("seconds");
-      r.push_back(j.dump());
-    }
-  }
-  return r;
-}
-
 // The committed checkpoint directories under root, oldest first.
 std::vector<std::string> Checkpoints(const std::string& root) {
   std::vector<std::string> r;
@@ -310,7 +298,7 @@ TEST(CheckpointFlagsTest, AnotherRunDoesNotEmptyASwapFileACheckpointNames) {
                            " --checkpoint-dir " + dir / "ck",
                        dir.path());
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  for (const std::string extra : {std::string(""), " --checkpoint-dir " + dir / "other"}) {
+  for (const std::string& extra : {std::string(""), " --checkpoint-dir " + dir / "other"}) {
     auto second = RunZinf(Tiny(2) + " --offload nvme --swap-dir " + dir / "swap" + extra,
                           dir.path());
     EXPECT_NE(second.exit_code, 0) << extra;
@@ -432,7 +420,9 @@ TEST(CheckpointKillTest, RandomKillsThenResumeMatchTheUninterruptedRun) {
     std::printf("%s: %d runs killed before one completed\n", placement.c_str(), kills);
     EXPECT_GE(kills, 1) << "no kill landed: the test checked nothing";
     EXPECT_EQ(seen.size(), kKillSteps);
-    if (saved) EXPECT_TRUE(ReadFile(dir / "w.safetensors") == ref.weights);
+    if (saved) {
+      EXPECT_TRUE(ReadFile(dir / "w.safetensors") == ref.weights);
+    }
     EXPECT_EQ(ShardHashes(Checkpoints(root).back()), ref.state);
   }
 }

@@ -70,6 +70,19 @@ inline std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
   return r;
 }
 
+// What must agree between two runs, step by step: everything a losses line holds but its time,
+// over the losses files in order.
+inline std::vector<std::string> LossRecords(const std::vector<std::string>& paths) {
+  std::vector<std::string> r;
+  for (const std::string& p : paths) {
+    for (nlohmann::json j : ReadJsonLines(p)) {
+      j.erase("seconds");
+      r.push_back(j.dump());
+    }
+  }
+  return r;
+}
+
 // The JSON header of a safetensors file (8-byte little-endian length, then the JSON).
 inline nlohmann::json SafetensorsHeader(const std::string& path) {
   const std::string bytes = ReadFile(path);

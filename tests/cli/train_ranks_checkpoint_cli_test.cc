@@ -25,8 +25,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "src/comm/tcp_store.h"
 #include "tests/cli/cli_util.h"
+#include "tests/cli/rank_cli_util.h"
 #include "tests/cli/train_cli_util.h"
 #include "tests/test_util.h"
 
@@ -39,31 +39,9 @@ using testing::Drain;
 using testing::RunZinf;
 using testing::Split;
 using testing::TempDir;
+using namespace zinf::testing::ranks;
 
 constexpr int kSteps = 6;
-
-uint16_t FreePort() {
-  auto s = comm::TcpStoreServer::Start("127.0.0.1", 0);
-  return s.ok() ? (*s)->port() : 0;
-}
-
-std::string Launch(int n) {
-  return "launch --nproc " + std::to_string(n) + " --grace 2 --master-port " +
-         std::to_string(FreePort()) + " -- " + ZINF_BINARY + " ";
-}
-
-// The losses file's records without the step times, in order.
-std::vector<std::string> LossRecords(const std::vector<std::string>& paths) {
-  std::vector<std::string> out;
-  for (const std::string& path : paths) {
-    for (const auto& line : Lines(ReadFile(path))) {
-      auto j = nlohmann::json::parse(line);
-      j.erase("seconds");
-      out.push_back(j.dump());
-    }
-  }
-  return out;
-}
 
 std::vector<std::string> StepDirs(const std::string& root) {
   std::vector<std::string> out;

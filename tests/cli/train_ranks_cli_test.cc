@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "src/comm/tcp_store.h"
 #include "tests/cli/cli_util.h"
+#include "tests/cli/rank_cli_util.h"
 #include "tests/cli/train_cli_util.h"
 #include "tests/test_util.h"
 
@@ -26,19 +26,7 @@ namespace {
 using namespace zinf::testing::train_cli;
 using testing::RunZinf;
 using testing::TempDir;
-
-uint16_t FreePort() {
-  auto s = comm::TcpStoreServer::Start("127.0.0.1", 0);
-  return s.ok() ? (*s)->port() : 0;
-}
-
-// `zinf launch` of n ranks on a free port, up to the "--".
-std::string LaunchPrefix(int n) {
-  return "launch --nproc " + std::to_string(n) + " --grace 2 --master-port " +
-         std::to_string(FreePort()) + " -- ";
-}
-// ... of `zinf <args>`.
-std::string Launch(int n) { return LaunchPrefix(n) + ZINF_BINARY + " "; }
+using namespace zinf::testing::ranks;
 
 // The losses file without the step times.
 std::string Losses(const std::string& path) {
