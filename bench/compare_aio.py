@@ -24,31 +24,12 @@ import subprocess
 import sys
 import time
 
+from diskstats import counters, device_of
+
 
 def parse_size(s):
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
-
-
-def device_of(path):
-    """The /proc/diskstats name of the whole disk holding path (e.g. vda, nvme0n1)."""
-    dev = os.stat(path).st_dev
-    major, minor = os.major(dev), os.minor(dev)
-    sysfs = os.path.realpath(f"/sys/dev/block/{major}:{minor}")
-    if os.path.exists(os.path.join(sysfs, "partition")):
-        sysfs = os.path.dirname(sysfs)
-    return os.path.basename(sysfs)
-
-
-def sectors(disk):
-    """(sectors read, sectors written, read requests, write requests) of the disk (sectors
-    are 512-byte units)."""
-    with open("/proc/diskstats") as f:
-        for line in f:
-            p = line.split()
-            if p[2] == disk:
-                return int(p[5]), int(p[9]), int(p[3]), int(p[7])
-    raise RuntimeError(f"{disk} not in /proc/diskstats")
 
 
 def main():
@@ -101,13 +82,13 @@ def main():
     os.sync()
 
     def timed(fn):
-        r0, w0, rq0, wq0 = sectors(disk)
+        rq0, r0, wq0, w0 = counters(disk)
         t0 = time.perf_counter()
         fn()
         secs = time.perf_counter() - t0
-        r1, w1, rq1, wq1 = sectors(disk)
+        rq1, r1, wq1, w1 = counters(disk)
         timed.requests = (rq1 - rq0, wq1 - wq0)
-        return secs, (r1 - r0) * 512, (w1 - w0) * 512
+        return secs, r1 - r0, w1 - w0
 
     def aio_read():
         for i, off in enumerate(range(0, size, chunk)):

@@ -15,23 +15,7 @@ import os
 import statistics
 import subprocess
 
-
-def device_of(path):
-    dev = os.stat(path).st_dev
-    sysfs = os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
-    if os.path.exists(os.path.join(sysfs, "partition")):
-        sysfs = os.path.dirname(sysfs)
-    return os.path.basename(sysfs)
-
-
-def counters(disk):
-    """(read requests, read bytes, write requests, write bytes)."""
-    with open("/proc/diskstats") as f:
-        for line in f:
-            p = line.split()
-            if p[2] == disk:
-                return int(p[3]), int(p[5]) * 512, int(p[7]), int(p[9]) * 512
-    raise SystemExit(f"compare_builds: {disk} is not in /proc/diskstats")
+from diskstats import counters, device_of
 
 
 def main():

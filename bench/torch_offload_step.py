@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from diskstats import counters, device_of
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -33,21 +35,6 @@ def disk_rates(zinf, path):
                              check=True, capture_output=True, text=True).stdout
         rates[op] = json.loads(out.strip().splitlines()[-1])["gbps"] * 1e9
     return rates
-
-
-def disk_counters(path):
-    """(bytes read, bytes written) so far by the block device holding path."""
-    dev = os.stat(path).st_dev
-    sysfs = os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
-    if os.path.exists(os.path.join(sysfs, "partition")):
-        sysfs = os.path.dirname(sysfs)
-    name = os.path.basename(sysfs)
-    with open("/proc/diskstats") as f:
-        for line in f:
-            p = line.split()
-            if p[2] == name:
-                return int(p[5]) * 512, int(p[9]) * 512
-    return 0, 0
 
 
 def main():
@@ -73,6 +60,7 @@ def main():
     resident = copy.deepcopy(net)
     opt = CPUAdam(resident.parameters(), lr=1e-3)
     rates = disk_rates(zinf_bin, a.dir)
+    disk = device_of(a.dir)
     swap = tempfile.mkdtemp(dir=a.dir)
     off = zt.offload(net, {"zinf": {"swap_dir": swap,
                                     "budgets": {"device_bytes": params * 2,
@@ -89,12 +77,12 @@ def main():
         opt.zero_grad()
         t2 = time.perf_counter()
         s0 = off.stats()["bytes"]
-        d0 = disk_counters(a.dir)
+        d0 = counters(disk)
         t3 = time.perf_counter()
         loss_of(off, chunk).backward()
         off.step()
         t4 = time.perf_counter()
-        d1 = disk_counters(a.dir)
+        d1 = counters(disk)
         s1 = off.stats()["bytes"]
         if i >= 2:
             t_res.append(t2 - t0)
@@ -103,7 +91,7 @@ def main():
             t_off.append(t4 - t3)
             nvme_bytes.append((s1["nvme_read"] - s0["nvme_read"],
                                s1["nvme_write"] - s0["nvme_write"]))
-            disk_bytes.append((d1[0] - d0[0], d1[1] - d0[1]))
+            disk_bytes.append((d1[1] - d0[1], d1[3] - d0[3]))
     med = statistics.median
     rd = med(b[0] for b in nvme_bytes)
     wr = med(b[1] for b in nvme_bytes)
