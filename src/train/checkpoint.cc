@@ -416,6 +416,9 @@ Status Checkpointer::Prune(uint64_t newest) {
       // The manifest first: a checkpoint half removed is not a committed one.
       fs::remove(fs::path(d) / ckpt::kManifestName, ec);
       fs::remove_all(d, ec);
+      // Another rank may be removing its uncommitted part inside d at this moment (Create at
+      // its start): what vanished under remove_all is gone either way, so go again once.
+      if (ec == std::errc::no_such_file_or_directory) fs::remove_all(d, ec);
       if (ec) return Status::FromErrno(ec.value(), "remove old checkpoint " + d);
     }
     if (!doomed.empty()) ZINF_RETURN_IF_ERROR(FsyncDirectory(options_.root));
