@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -67,6 +68,21 @@ internal::AdamCoeffs MakeCoeffs(const AdamHyper& h) {
   return c;
 }
 
+// A tensor of fewer chunks than threads would run on fewer threads than it could: such a tensor
+// is cut into one piece per thread instead, of at least kMinSplitElems (64-aligned, so aligned
+// buffers stay aligned). Frameworks step many small tensors (biases, norms, small layers):
+// measured on 2 threads against DeepSpeed's OpenMP step (bench/adam_vs_deepspeed), 16K and
+// 32K elements ran ~15-30% faster split in two than on the calling thread alone; below ~8K a
+// second thread's wake-up costs more than it saves.
+constexpr size_t kMinSplitElems = size_t{8} << 10;
+
+size_t ChunkFor(size_t n, int threads, size_t chunk) {
+  if (threads < 2 || n >= chunk * static_cast<size_t>(threads)) return chunk;
+  size_t per = (n + threads - 1) / static_cast<size_t>(threads);
+  per = std::max((per + 63) / 64 * 64, kMinSplitElems);
+  return std::min(per, chunk);
+}
+
 }  // namespace
 
 size_t AdamBytesPerElement(DType grad_type, DType state_type, bool has_param16) {
@@ -82,6 +98,7 @@ Result<AdamStepInfo> AdamStep(const AdamHyper& hyper, const AdamBuffers& b,
       internal::Dispatch d,
       internal::ResolveDispatch(options.variant, options.threads, options.chunk_elems));
   d.parallel.observer = options.observer;
+  d.parallel.chunk_elems = ChunkFor(b.n, d.parallel.threads, d.parallel.chunk_elems);
   AdamStepInfo info;
   info.variant = d.variant;
   info.threads = d.parallel.threads;

@@ -58,6 +58,7 @@ Status Open(const zinf_engine_params* p, zinf_engine** out) {
   auto e = std::make_unique<zinf_engine>();
   ConfigParseOptions po;
   po.validate = true;
+  po.model_rules = false;  // the caller's tensors are paged, not zinf.model
   if (p->config_path != nullptr) {
     ZINF_ASSIGN_OR_RETURN(e->config, Config::FromFile(p->config_path, po));
   } else if (p->config_json != nullptr) {
@@ -136,6 +137,7 @@ Status SealLocked(zinf_engine* e) {
     ro.swap_bytes += s.bytes + e->config.zinf.stripe_bytes + 4096;  // alignment slack
   }
   ro.use_nvme = nvme;
+  ro.model_rules = false;
   ZINF_ASSIGN_OR_RETURN(auto rt, MakeOffloadRuntime(e->config, ro));
   for (size_t i = 0; i < e->specs.size(); ++i) {
     auto id = rt->tiers->Register(e->specs[i]);

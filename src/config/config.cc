@@ -56,7 +56,7 @@ std::string ParseErrorDetail(const char* what) {
 
 std::string Quoted(const std::string& s) { return json(s).dump(); }
 
-std::vector<std::string> ValidateLines(const Config& c) {
+std::vector<std::string> ValidateLines(const Config& c, bool model_rules) {
   std::vector<std::string> out;
   auto check_offload = [&](std::string_view block, OffloadDevice device,
                            const std::string& nvme_path, uint64_t buffer_count) {
@@ -148,7 +148,7 @@ std::vector<std::string> ValidateLines(const Config& c) {
   }
 
   const ModelConfig& m = c.zinf.model;
-  if (m.width % m.heads != 0) {
+  if (model_rules && m.width % m.heads != 0) {
     out.push_back(
         fmt::format("zinf.model.width: {} is not divisible by zinf.model.heads {}; "
                     "expected a multiple of heads",
@@ -166,7 +166,7 @@ std::vector<std::string> ValidateLines(const Config& c) {
         *b.pinned_bytes, FormatBytesHuman(*b.pinned_bytes), c.aio.block_size,
         FormatBytesShort(c.aio.block_size)));
   }
-  if (b.device_bytes) {
+  if (model_rules && b.device_bytes) {
     const uint64_t elem = c.precision() == Precision::kFp32 ? 4 : 2;
     const uint64_t unit_bytes = m.LargestUnitParams() * elem;
     if (unit_bytes > *b.device_bytes) {
@@ -302,7 +302,7 @@ Result<Config> Config::FromString(std::string_view text, const ConfigParseOption
   c.given_keys = std::move(report.given);
   std::vector<std::string> lines = std::move(report.errors);
   // Cross-field rules only make sense over values that were read.
-  if (lines.empty() && options.validate) lines = ValidateLines(c);
+  if (lines.empty() && options.validate) lines = ValidateLines(c, options.model_rules);
   const bool strict = options.strict || c.zinf.strict;
   if (strict) {
     for (const auto& u : c.unimplemented) {
@@ -330,8 +330,8 @@ Result<Config> Config::FromString(std::string_view text, const ConfigParseOption
   return c;
 }
 
-Status Config::Validate() const {
-  std::vector<std::string> lines = ValidateLines(*this);
+Status Config::Validate(bool model_rules) const {
+  std::vector<std::string> lines = ValidateLines(*this, model_rules);
   if (lines.empty()) return Status::Ok();
   return Problems(source, lines);
 }

@@ -270,6 +270,9 @@ struct ConfigParseOptions {
   // False: the cross-field rules are left to the caller, who fills more fields (command-line
   // flags, a swap directory) and then calls Validate().
   bool validate = true;
+  // False: zinf.model is not what will run (the C engine pages the caller's own tensors), so
+  // Validate's rules about it (width by heads, its largest unit in the device budget) are skipped.
+  bool model_rules = true;
 };
 
 struct Config {
@@ -306,7 +309,8 @@ struct Config {
   // warmup_min_lr <= warmup_max_lr; model width divisible by heads; with NVMe in use the pinned
   // budget holds at least one aio block; the largest unit's 16-bit parameters fit the device
   // budget; stripe_paths not repeated. Call again after changing fields (command-line overrides).
-  Status Validate() const;
+  // model_rules false skips the two rules about zinf.model (see ConfigParseOptions).
+  Status Validate(bool model_rules = true) const;
 
   // Effective values.
   uint64_t MicroBatchSize() const;             // given, or train / accumulation, or 1

@@ -35,7 +35,7 @@ Result<io::EngineOptions> EngineOptionsFromConfig(const Config& c) {
 
 Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
                                                            const RuntimeOptions& options) {
-  ZINF_RETURN_IF_ERROR(c.Validate());
+  ZINF_RETURN_IF_ERROR(c.Validate(options.model_rules));
   auto rt = std::make_unique<OffloadRuntime>();
   DeviceOptions dopt;
   dopt.budget_bytes = c.zinf.budgets.device_bytes.value_or(kAutoHostDeviceBudget);

@@ -45,6 +45,9 @@ struct RuntimeOptions {
   // Whether to build the I/O engine and swap file; unset: UsesNvme(config). The embedding
   // engine sets it from the homes its caller registered.
   std::optional<bool> use_nvme;
+  // Whether zinf.model is what will run (Config::Validate's model rules); the embedding engine
+  // pages its caller's tensors and sets false.
+  bool model_rules = true;
   Tracer* tracer = nullptr;
   DeviceKind device_kind = DeviceKind::kAuto;  // `zinf train --device`
   double h2d_gbps = 0;  // host-emulated device: link rate per direction (0 = memcpy speed)

@@ -120,6 +120,41 @@ TEST(CapiEngineTest, TensorsLargerThanTheBudgetsPageThroughEveryTier) {
   EXPECT_GT(s["evictions"]["device"].get<uint64_t>(), 0u) << s.dump();
 }
 
+// A device budget smaller than the largest unit of the default zinf.model (387 KiB of bf16
+// parameters) is the caller's to size: the engine pages the caller's tensors, not zinf.model,
+// so the open does not judge the budget against the model (it once refused 256 KiB so).
+TEST(CapiEngineTest, SmallDeviceBudgetsAreJudgedByTheTensorsNotTheModel) {
+  TempDir dir;
+  zinf_engine_params p = ZINF_ENGINE_PARAMS_INIT;
+  p.device_leases[ZINF_ROLE_PARAM] = 1;
+  p.host_leases[ZINF_ROLE_PARAM] = 1;
+  const std::string json = fmt::format(
+      R"({{"zinf": {{"swap_dir": "{}", "budgets": {{"device_bytes": "256K",
+      "pinned_bytes": "1M"}}}}, "aio": {{"block_size": 65536}}}})", dir.path());
+  Engine eng(json, p);
+  ASSERT_NE(eng.e, nullptr);
+  constexpr uint64_t kBytes = 128 << 10;
+  std::vector<uint64_t> ids;
+  for (uint32_t i = 0; i < 4; ++i) {
+    const std::string name = fmt::format("s{}", i);
+    ids.push_back(eng.Register(name.c_str(), kBytes, ZINF_TIER_NVME, i));
+  }
+  for (uint32_t i = 0; i < 4; ++i) {
+    auto w = Pattern(kBytes, i);
+    ASSERT_EQ(zinf_tensor_write(eng.e, ids[i], w.data()), ZINF_OK) << Last();
+  }
+  for (uint32_t i = 0; i < 4; ++i) {
+    uint64_t lease = 0;
+    ASSERT_EQ(zinf_acquire(eng.e, ids[i], ZINF_TIER_DEVICE, ZINF_ACQUIRE_READ, &lease), ZINF_OK)
+        << Last();
+    void* ptr = nullptr;
+    ASSERT_EQ(zinf_lease_wait(eng.e, lease, &ptr), ZINF_OK) << Last();
+    EXPECT_EQ(static_cast<uint32_t*>(ptr)[7], Pattern(kBytes, i)[7]) << "tensor " << i;
+    ASSERT_EQ(zinf_release(eng.e, lease, 0), ZINF_OK) << Last();
+  }
+  EXPECT_LE(eng.Stats()["peak_bytes"]["device_arena"].get<uint64_t>(), 256u << 10);
+}
+
 // The Adam step over registered tensors (weights, moments on NVMe, a bf16 copy) equals
 // zinf_adam_step on plain buffers bit for bit, step after step, with the tensors evicted
 // between uses.
