@@ -17,18 +17,22 @@ using Clock = std::chrono::steady_clock;
 OptimizerPipeline::Layout OptimizerPipeline::LayoutFor(uint64_t n) const {
   Layout l;
   l.state_bytes = swap_.Padded(4 * n);
+  l.moment_bytes = swap_.Padded(StateRoleBytes(kExpAvgState, n, options_.moment_type));
   l.param16_bytes = swap_.Padded(2 * n);
   l.master = 0;
   l.exp_avg = l.state_bytes;
-  l.exp_avg_sq = 2 * l.state_bytes;
-  l.param16 = 3 * l.state_bytes;
-  l.total = 3 * l.state_bytes + l.param16_bytes;
+  l.exp_avg_sq = l.exp_avg + l.moment_bytes;
+  l.param16 = l.exp_avg_sq + l.moment_bytes;
+  l.total = l.param16 + l.param16_bytes;
   return l;
 }
 
-uint64_t OptimizerPipeline::SlabBytes(uint64_t max_unit_elems, uint64_t align) {
+uint64_t OptimizerPipeline::SlabBytes(uint64_t max_unit_elems, uint64_t align,
+                                      kernels::DType moment_type) {
   auto pad = [align](uint64_t b) { return (b + align - 1) / align * align; };
-  return 3 * pad(4 * max_unit_elems) + pad(2 * max_unit_elems);
+  return pad(4 * max_unit_elems) +
+         2 * pad(StateRoleBytes(kExpAvgState, max_unit_elems, moment_type)) +
+         pad(2 * max_unit_elems);
 }
 
 Result<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::Create(
@@ -38,6 +42,10 @@ Result<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::Create(
     return InvalidArgument(fmt::format("optimizer pipeline depth {}: expected at least 1", o.depth));
   }
   if (max_unit_elems == 0) return InvalidArgument("optimizer pipeline: units of 0 elements");
+  if (o.moment_type != kernels::DType::kF32 && o.moment_type != kernels::DType::kBf16) {
+    return InvalidArgument(fmt::format("optimizer pipeline: moments of {}; expected fp32 or bf16",
+                                       kernels::DTypeName(o.moment_type)));
+  }
   auto p = std::unique_ptr<OptimizerPipeline>(new OptimizerPipeline(swap, pool, o));
   p->max_elems_ = max_unit_elems;
   p->slab_bytes_ = p->LayoutFor(max_unit_elems).total;
@@ -46,10 +54,11 @@ Result<std::unique_ptr<OptimizerPipeline>> OptimizerPipeline::Create(
   if (need > free) {
     // Exact bytes beside the rounded ones: "2.0 MiB needed, 2.0 MiB free" helps nobody.
     return ResourceExhausted(fmt::format(
-        "optimizer pipeline: {} slabs of {} bytes ({}; {} elements x 14 bytes, padded) need {} "
+        "optimizer pipeline: {} slabs of {} bytes ({}; {} elements x {} bytes, padded) need {} "
         "bytes ({}) of pinned memory but the pool has {} bytes ({}) free of its {}-byte budget; "
         "lower the pipeline depth, or raise zinf.budgets.pinned_bytes to at least {}",
-        o.depth, p->slab_bytes_, FormatBytesHuman(p->slab_bytes_), max_unit_elems, need,
+        o.depth, p->slab_bytes_, FormatBytesHuman(p->slab_bytes_), max_unit_elems,
+        6 + 2 * kernels::DTypeSize(o.moment_type), need,
         FormatBytesHuman(need), free, FormatBytesHuman(free), pool.budget_bytes(),
         pool.bytes_in_use() + need));
   }
@@ -108,13 +117,17 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
                         kernels::DTypeName(u.grad_type)));
       }
     }
-    auto out_ok = [&u](const Extent& e) { return e.bytes == 0 || e.bytes == 4 * u.n; };
-    if (u.master.bytes != 4 * u.n || u.exp_avg.bytes != 4 * u.n || u.exp_avg_sq.bytes != 4 * u.n ||
-        (u.param16.bytes != 0 && u.param16.bytes != 2 * u.n) || !out_ok(u.master_out) ||
-        !out_ok(u.exp_avg_out) || !out_ok(u.exp_avg_sq_out)) {
+    const uint64_t mb = StateRoleBytes(kExpAvgState, u.n, options_.moment_type);
+    auto out_ok = [](const Extent& e, uint64_t bytes) { return e.bytes == 0 || e.bytes == bytes; };
+    if (u.master.bytes != 4 * u.n || u.exp_avg.bytes != mb || u.exp_avg_sq.bytes != mb ||
+        (u.param16.bytes != 0 && u.param16.bytes != 2 * u.n) || !out_ok(u.master_out, 4 * u.n) ||
+        !out_ok(u.exp_avg_out, mb) || !out_ok(u.exp_avg_sq_out, mb)) {
       return InvalidArgument(fmt::format(
-          "optimizer unit {}: extents must hold 4n bytes (master, exp_avg, exp_avg_sq, and their "
-          "outputs when given) and 2n or 0 bytes (param16) for n = {}", i, u.n));
+          "optimizer unit {}: extents must hold 4n bytes (master and its output when given), "
+          "{}n bytes ({} moments: exp_avg, exp_avg_sq and their outputs when given) and 2n or 0 "
+          "bytes (param16) for n = {}",
+          i, kernels::DTypeSize(options_.moment_type), kernels::DTypeName(options_.moment_type),
+          u.n));
     }
   }
   if (hashing != nullptr && !hashing->expected.empty() && hashing->expected.size() != count) {
@@ -168,9 +181,10 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     const std::pair<const Extent*, uint64_t> parts[3] = {
         {&u.master, l.master}, {&u.exp_avg, l.exp_avg}, {&u.exp_avg_sq, l.exp_avg_sq}};
     for (auto [ext, off] : parts) {
+      const uint64_t len = ext == &u.master ? l.state_bytes : l.moment_bytes;
       st.reads_left[unit]++;
       st.reads_in_flight++;
-      Status s = engine.Submit({io::OpKind::kRead, file, ext->offset, slab + off, l.state_bytes,
+      Status s = engine.Submit({io::OpKind::kRead, file, ext->offset, slab + off, len,
                                    io::Priority::kBackground},
                                on_read(unit));
       if (!s.ok()) {
@@ -179,7 +193,7 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
         if (st.error.ok()) st.error = s;
         return;
       }
-      stats.bytes_read += l.state_bytes;
+      stats.bytes_read += len;
     }
   };
 
@@ -237,12 +251,13 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       // The state as read, before anything of the unit is written: a mismatch never trains on.
       auto h0 = Clock::now();
       for (int r = 0; r < kStateRoles && failure.ok(); ++r) {
-        const uint64_t got = Xxh64(slab + state_parts[r].second, 4 * u.n);
+        const uint64_t bytes = StateRoleBytes(r, u.n, options_.moment_type);
+        const uint64_t got = Xxh64(slab + state_parts[r].second, bytes);
         if (got != hashing->expected[i][r]) {
           failure = DataLoss(fmt::format(
               "optimizer unit {}: its {} as read from the swap file (offset {}, {} bytes) has "
               "xxHash64 {}, but {} was written there: the data is corrupt",
-              i, kStateRoleNames[r], state_parts[r].first->offset, 4 * u.n, Xxh64Hex(got),
+              i, kStateRoleNames[r], state_parts[r].first->offset, bytes, Xxh64Hex(got),
               Xxh64Hex(hashing->expected[i][r])));
         }
       }
@@ -255,7 +270,7 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     b.grad_type = u.grad_type;
     b.exp_avg = slab + l.exp_avg;
     b.exp_avg_sq = slab + l.exp_avg_sq;
-    b.state_type = kernels::DType::kF32;
+    b.state_type = options_.moment_type;
     const bool want16 = u.param16.bytes != 0 || u.param16_to_caller;
     b.param16_out = want16 ? slab + l.param16 : nullptr;
     b.param16_type = options_.param16_type;
@@ -290,7 +305,8 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     if (hashing != nullptr && hashing->compute) {
       auto h0 = Clock::now();
       for (int r = 0; r < kStateRoles; ++r) {
-        hashing->written[i][r] = Xxh64(slab + state_parts[r].second, 4 * u.n);
+        hashing->written[i][r] =
+            Xxh64(slab + state_parts[r].second, StateRoleBytes(r, u.n, options_.moment_type));
       }
       stats.hash_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
     }
@@ -305,7 +321,9 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
         {&u.param16, l.param16}};
     for (auto [ext, off] : parts) {
       if (ext->bytes == 0) continue;
-      uint64_t len = ext == &u.param16 ? l.param16_bytes : l.state_bytes;
+      const uint64_t len = off == l.param16  ? l.param16_bytes
+                           : off == l.master ? l.state_bytes
+                                             : l.moment_bytes;
       st.writes_left[i]++;
       st.writes_in_flight++;
       Status s = engine.Submit({io::OpKind::kWrite, file, ext->offset, slab + off, len,

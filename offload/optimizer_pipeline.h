@@ -36,16 +36,28 @@
 
 namespace zinf::offload {
 
-// The fp32 optimizer state of one unit, by role.
+// The optimizer state of one unit, by role: fp32 master weights, and the two Adam moments in
+// the moment type (fp32, or bf16: zinf.optimizer_state_dtype, kernels/cpu/adam.h).
 enum StateRole : int { kMasterState = 0, kExpAvgState = 1, kExpAvgSqState = 2 };
 inline constexpr int kStateRoles = 3;
 // Each role's name in manifests, exports and messages (nanoGPT's / PyTorch Adam's names).
 inline constexpr const char* kStateRoleNames[kStateRoles] = {"master", "exp_avg", "exp_avg_sq"};
-using StateHashes = std::array<uint64_t, kStateRoles>;  // xxHash64 of each role's 4n bytes
+using StateHashes = std::array<uint64_t, kStateRoles>;  // xxHash64 of each role's bytes
+
+// A role's element type: fp32 for the master weights, `moments` for exp_avg and exp_avg_sq.
+inline kernels::DType StateRoleType(int role, kernels::DType moments) {
+  return role == kMasterState ? kernels::DType::kF32 : moments;
+}
+// The bytes of n elements of a role.
+inline uint64_t StateRoleBytes(int role, uint64_t n, kernels::DType moments) {
+  return n * kernels::DTypeSize(StateRoleType(role, moments));
+}
 
 struct OptimizerUnit {
   uint64_t n = 0;                        // elements
-  Extent master, exp_avg, exp_avg_sq;    // fp32, 4n bytes each, in the swap space: read
+  // In the swap space, read: master 4n bytes (fp32); exp_avg and exp_avg_sq n elements of the
+  // pipeline's moment type each (StateRoleBytes).
+  Extent master, exp_avg, exp_avg_sq;
   // Where the new state is written; bytes == 0: where it was read (in place). A checkpoint's
   // extents stay untouched while the next step writes the other generation.
   Extent master_out, exp_avg_out, exp_avg_sq_out;
@@ -65,6 +77,7 @@ struct OptimizerPipelineOptions {
   unsigned depth = 3;
   kernels::AdamOptions adam;
   kernels::DType param16_type = kernels::DType::kBf16;
+  kernels::DType moment_type = kernels::DType::kF32;  // of exp_avg and exp_avg_sq: fp32 or bf16
   Tracer* tracer = nullptr;  // spans on tracks "nvme read", "nvme write", "adam" when set
   TierManager* grads = nullptr;  // REQUIRED when units name a grad_shard
   // Acquire gradient shards outside the tier manager's step order (AcquireMode::kReadUntraced):
@@ -119,7 +132,8 @@ class OptimizerPipeline {
   uint64_t slab_bytes() const { return slab_bytes_; }
   // The bytes of one slab for units of up to max_unit_elems, their parts padded to `align` (the
   // swap file's O_DIRECT alignment): for start-up checks before the pipeline exists.
-  static uint64_t SlabBytes(uint64_t max_unit_elems, uint64_t align);
+  static uint64_t SlabBytes(uint64_t max_unit_elems, uint64_t align,
+                            kernels::DType moment_type = kernels::DType::kF32);
   unsigned depth() const { return options_.depth; }
   // The slabs, for callers that measure bounds with the same memory (bench-swap).
   const std::vector<PinnedBlock>& slabs() const { return slabs_; }
@@ -127,7 +141,8 @@ class OptimizerPipeline {
   // Byte layout of one unit inside a slab (each part padded to the O_DIRECT alignment).
   struct Layout {
     uint64_t master = 0, exp_avg = 0, exp_avg_sq = 0, param16 = 0;  // offsets
-    uint64_t state_bytes = 0;    // padded bytes of each fp32 role
+    uint64_t state_bytes = 0;    // padded bytes of the fp32 master weights
+    uint64_t moment_bytes = 0;   // padded bytes of each moment (moment_type)
     uint64_t param16_bytes = 0;  // padded bytes of the 16-bit copy
     uint64_t total = 0;
   };

@@ -65,6 +65,9 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
     c.zinf.comm.timeout_seconds = a.comm_timeout;
   }
   if (set("--seed", {"zinf.seed"})) c.zinf.seed = a.seed;
+  if (set("--optimizer-state-dtype", {"zinf.optimizer_state_dtype"})) {
+    c.zinf.optimizer_state_dtype = a.state_dtype;
+  }
   if (set("--precision", {"fp16.enabled", "bf16.enabled"})) {
     c.fp16.enabled = a.precision == "fp16";
     c.bf16.enabled = a.precision == "bf16";

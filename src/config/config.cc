@@ -186,7 +186,7 @@ std::vector<std::string> ValidateLines(const Config& c, bool model_rules) {
   if (ck.keep > 63 && c.zero.offload_optimizer.device == OffloadDevice::kNvme) {
     out.push_back(fmt::format(
         "zinf.checkpoint.keep: {} with the optimizer state on NVMe; expected at most 63 (the "
-        "swap file holds one generation of the state, 12 bytes a parameter, per checkpoint "
+        "swap file holds one generation of the state, 12 bytes a parameter (8 with bf16 moments), per checkpoint "
         "kept, plus one)", ck.keep));
   }
   std::set<std::string> seen;
@@ -466,6 +466,7 @@ nlohmann::ordered_json Config::ToJson() const {
                  {"adam_threads", zinf.adam_threads},
                  {"overlap_adam", zinf.overlap_adam},
                  {"seed", zinf.seed},
+                 {"optimizer_state_dtype", zinf.optimizer_state_dtype},
                  {"model",
                   {{"layers", m.layers},
                    {"width", m.width},

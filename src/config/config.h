@@ -247,6 +247,10 @@ struct ZinfConfig {
   // with fp16 dynamic loss scaling (an overflow found later could not undo earlier updates).
   bool overlap_adam = false;
   uint64_t seed = 1337;       // weight initialisation and the synthetic corpus
+  // The Adam moments' storage type: "fp32", or "bf16" (rounded to nearest even at every step:
+  // 8 instead of 12 bytes a parameter of optimizer state in memory and on NVMe; an
+  // approximation of fp32 Adam, see kernels/cpu/adam.h). The master weights stay fp32.
+  std::string optimizer_state_dtype = "fp32";
   ModelConfig model;
   CheckpointConfig checkpoint;
   CommConfig comm;

@@ -275,6 +275,10 @@ void ReadZinf(Reader r, ZinfConfig* c) {
   r.Uint32("adam_threads", &c->adam_threads, 0, 1024);
   r.Bool("overlap_adam", &c->overlap_adam);
   r.Uint("seed", &c->seed, 0, kU64Max);
+  const Choices<std::string_view> state_dtypes = {{"fp32", "fp32"}, {"bf16", "bf16"}};
+  std::string_view state_dtype = c->optimizer_state_dtype;
+  r.Enum("optimizer_state_dtype", &state_dtype, state_dtypes);
+  c->optimizer_state_dtype = std::string(state_dtype);
   ReadModel(r.Object("model"), &c->model);
   ReadCheckpoint(r.Object("checkpoint"), &c->checkpoint);
   ReadComm(r.Object("comm"), &c->comm);

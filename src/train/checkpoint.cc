@@ -53,6 +53,11 @@ json StateJson(const TrainerState& st) {
 }
 
 
+// A state role's dtype name in the manifest (F32 master weights; F32 or BF16 moments).
+std::string StateDtypeName(int role, kernels::DType moments) {
+  return offload::StateRoleType(role, moments) == kernels::DType::kBf16 ? "BF16" : "F32";
+}
+
 }  // namespace
 
 struct Checkpointer::Job {
@@ -226,6 +231,7 @@ Status Checkpointer::Save(LayerExecutor& ex, const TrainerState& st) {
                   {"eval_batches", run.eval_batches}}},
                 {"param16", recorded.precision() == Precision::kFp16 ? "fp16" : "bf16"},
                 {"optimizer_state", options_.state_on_nvme ? "nvme" : "memory"},
+                {"optimizer_state_dtype", recorded.zinf.optimizer_state_dtype},
                 {"state_generations", options_.state_generations}};
   m.data = {{"train", DataJson(st)}};
   m.state = StateJson(st);
@@ -352,8 +358,9 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
     m.files.push_back(file);
     for (const UnitState& u : units) {
       for (int r = 0; r < offload::kStateRoles; ++r) {
-        m.shards.push_back({offload::kStateRoleNames[r], u.unit, "F32", {u.n}, swap, u.extents[r].offset, 4 * u.n,
-                            u.hashes[r]});
+        m.shards.push_back({offload::kStateRoleNames[r], u.unit, StateDtypeName(r, u.moment_type),
+                            {u.n}, swap, u.extents[r].offset,
+                            offload::StateRoleBytes(r, u.n, u.moment_type), u.hashes[r]});
       }
     }
   } else {
@@ -362,9 +369,10 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
     for (const UnitState& u : units) {
       for (int r = 0; r < offload::kStateRoles; ++r) {
         const uint64_t offset = f.size();
-        ZINF_RETURN_IF_ERROR(f.Append(u.arrays[r], 4 * u.n));
-        m.shards.push_back({offload::kStateRoleNames[r], u.unit, "F32", {u.n}, kStateFileName, offset, 4 * u.n,
-                            Xxh64(u.arrays[r], 4 * u.n)});
+        const uint64_t bytes = offload::StateRoleBytes(r, u.n, u.moment_type);
+        ZINF_RETURN_IF_ERROR(f.Append(u.arrays[r], bytes));
+        m.shards.push_back({offload::kStateRoleNames[r], u.unit, StateDtypeName(r, u.moment_type),
+                            {u.n}, kStateFileName, offset, bytes, Xxh64(u.arrays[r], bytes)});
       }
     }
     *bytes = f.size();

@@ -143,7 +143,11 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
     for (const TensorInfo& t : UnitTensors(d, u)) {
       const std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
       for (int r = 0; r < (o.optimizer_state ? 3 : 1); ++r) {
-        // The unit's role as one fp32 vector: each part's shard from its chunk's first byte.
+        // The unit's role as one vector of its stored type (F32; BF16 moments with
+        // zinf.optimizer_state_dtype bf16, exported as they are): each part's shard from its
+        // chunk's first byte.
+        const uint64_t es = ckpt::DtypeBytes(shards_of[0][u][r]->dtype);
+        const Dtype stored = es == 2 ? Dtype::kBF16 : Dtype::kF32;
         struct Segment {
           const ckpt::Manifest* m;
           const ckpt::ShardEntry* s;
@@ -156,10 +160,16 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
                                   ? ckpt::ChunkOfUnit(d.UnitParams(u), part.world_size,
                                                       *part.rank).lo
                                   : 0;
-          segments.push_back({&part, shards_of[p][u][r], 4 * lo});
+          if (ckpt::DtypeBytes(shards_of[p][u][r]->dtype) != es) {
+            return InvalidArgument(fmt::format(
+                "export: unit {} {}: the parts of the checkpoint disagree on its dtype ({} and {})",
+                u, offload::kStateRoleNames[r], shards_of[0][u][r]->dtype,
+                shards_of[p][u][r]->dtype));
+          }
+          segments.push_back({&part, shards_of[p][u][r], es * lo});
         }
-        const uint64_t base = 4 * t.offset;  // the tensor's first fp32 in the unit
-        const Dtype dtype = r == 0 ? o.dtype : Dtype::kF32;
+        const uint64_t base = es * t.offset;  // the tensor's first element in the unit
+        const Dtype dtype = r == 0 ? o.dtype : stored;
         TensorToWrite w{.name = r == 0 ? t.name : t.name + "." + offload::kStateRoleNames[r],
                         .dtype = dtype,
                         .shape = shape};
@@ -183,9 +193,10 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
           if (n != 0) return Internal(fmt::format("export: {} bytes past the unit's state", n));
           return Status::Ok();
         };
-        w.fill = [read, staging, base, dtype](void* dst, uint64_t offset,
-                                              uint64_t bytes) -> Status {
-          if (dtype == Dtype::kF32) return read(base + offset, dst, bytes);
+        w.fill = [read, staging, base, dtype, stored](void* dst, uint64_t offset,
+                                                      uint64_t bytes) -> Status {
+          if (dtype == stored) return read(base + offset, dst, bytes);
+          // The master weights (F32) exported as BF16.
           const uint64_t n = bytes / 2;  // BF16 elements
           staging->resize(static_cast<size_t>(n));
           ZINF_RETURN_IF_ERROR(read(base + 2 * offset, staging->data(), 4 * n));

@@ -179,6 +179,13 @@ Status CheckResumable(const ckpt::Manifest& m, const Config& c,
         "zero_optimization.offload_optimizer.device: the optimizer state is in {} here, in {} "
         "in the checkpoint", place, m.training.value("optimizer_state", std::string("?"))));
   }
+  // Checkpoints written before zinf.optimizer_state_dtype existed hold fp32 moments.
+  const std::string moments_then = m.training.value("optimizer_state_dtype", std::string("fp32"));
+  if (moments_then != c.zinf.optimizer_state_dtype) {
+    problems.push_back(fmt::format(
+        "zinf.optimizer_state_dtype: the moments are {} here, {} in the checkpoint",
+        c.zinf.optimizer_state_dtype, moments_then));
+  }
   if (m.world_size != std::max<uint64_t>(c.world_size, 1)) {
     problems.push_back(fmt::format("world size {} in the checkpoint, {} here", m.world_size,
                                    std::max<uint64_t>(c.world_size, 1)));
@@ -279,10 +286,13 @@ Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& m, co
     if (m.partition == ckpt::kPartitionUnitChunks && m.rank) {
       n = ckpt::ChunkOfUnit(n, m.world_size, *m.rank).len;  // this rank's chunk
     }
-    if (s.dtype != "F32" || s.length != 4 * n) {
+    // The master weights are F32; the moments F32 or BF16 (zinf.optimizer_state_dtype).
+    const bool ok_dtype = s.dtype == "F32" || (r != offload::kMasterState && s.dtype == "BF16");
+    if (!ok_dtype || s.length != n * ckpt::DtypeBytes(s.dtype)) {
       return InvalidArgument(fmt::format(
-          "{}: shard {} of unit {} ({}) is {} bytes of {}; expected {} bytes of F32", where,
-          s.role, s.unit, d.UnitName(s.unit), s.length, s.dtype, 4 * n));
+          "{}: shard {} of unit {} ({}) is {} bytes of {}; expected {} bytes of F32{}", where,
+          s.role, s.unit, d.UnitName(s.unit), s.length, s.dtype, 4 * n,
+          r == offload::kMasterState ? "" : fmt::format(" or {} bytes of BF16", 2 * n)));
     }
     if (by_unit[s.unit][r] != nullptr) {
       return InvalidArgument(fmt::format("{}: shard {} of unit {} is listed twice", where,
@@ -306,12 +316,20 @@ Status RestoreOptimizerState(LayerExecutor& ex, const ckpt::Manifest& m) {
   const uint32_t units = d.units();
   const std::string where = ManifestPath(m);
   ZINF_ASSIGN_OR_RETURN(const std::vector<StateShardSet> by_unit, StateShardsByUnit(m, d));
-  std::vector<float> arrays[offload::kStateRoles];
+  std::vector<uint8_t> arrays[offload::kStateRoles];
   for (uint32_t u = 0; u < units; ++u) {
     const uint64_t n = by_unit[u][0]->length / 4;  // the unit's, or this rank's chunk of it
     UnitState st;
     st.unit = u;
     st.n = n;
+    if (by_unit[u][offload::kExpAvgState]->dtype != by_unit[u][offload::kExpAvgSqState]->dtype) {
+      return InvalidArgument(fmt::format("{}: unit {} ({}): exp_avg is {} but exp_avg_sq {}",
+                                         where, u, d.UnitName(u),
+                                         by_unit[u][offload::kExpAvgState]->dtype,
+                                         by_unit[u][offload::kExpAvgSqState]->dtype));
+    }
+    st.moment_type = by_unit[u][offload::kExpAvgState]->dtype == "BF16" ? kernels::DType::kBf16
+                                                                          : kernels::DType::kF32;
     for (int r = 0; r < offload::kStateRoles; ++r) {
       const ckpt::ShardEntry* s = by_unit[u][r];
       st.hashes[r] = s->xxh64;
@@ -321,10 +339,10 @@ Status RestoreOptimizerState(LayerExecutor& ex, const ckpt::Manifest& m) {
         continue;
       }
       const std::string path = m.PathOf(*s);
-      arrays[r].resize(n);
+      arrays[r].resize(s->length);
       const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
       if (fd < 0) return Status::FromErrno(errno, "open checkpoint file " + path);
-      Status rd = PreadAll(fd, arrays[r].data(), 4 * n, s->offset, path);
+      Status rd = PreadAll(fd, arrays[r].data(), s->length, s->offset, path);
       ::close(fd);
       ZINF_RETURN_IF_ERROR(rd.WithContext(where));
       st.arrays[r] = arrays[r].data();

@@ -24,7 +24,8 @@ uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t 
   const uint64_t grad_elem = o.micro_batches == 1 && !reduce ? 2 : 4;
   uint64_t total = 0;
   if (o.optimizer_on_nvme) {
-    total += o.pipeline_slabs * page(offload::OptimizerPipeline::SlabBytes(max_n, align));
+    total += o.pipeline_slabs *
+             page(offload::OptimizerPipeline::SlabBytes(max_n, align, o.moment_type));
   }
   if (grad_elem == 4) total += 2 * page(2 * max_n);  // the hand-overs' staging blocks
   const bool zero1 = reduce && o.partition_optimizer;
@@ -100,6 +101,10 @@ LayerExecutor::Chunk LayerExecutor::ChunkOf(uint32_t unit) const {
 
 uint64_t LayerExecutor::StateElems(uint32_t unit) const { return ChunkOf(unit).len; }
 
+uint64_t LayerExecutor::StateBytes(uint32_t unit, int role) const {
+  return offload::StateRoleBytes(role, StateElems(unit), options_.moment_type);
+}
+
 uint64_t LayerExecutor::Param16ShardBytes() const {
   uint64_t b = 0;
   for (offload::ShardId id : p16_) b += rt_.tiers->spec(id).bytes;
@@ -173,6 +178,7 @@ Status LayerExecutor::Setup() {
     po.depth = options_.pipeline_slabs;
     po.adam = options_.adam;
     po.param16_type = options_.param16_type;
+    po.moment_type = options_.moment_type;
     po.tracer = options_.tracer;
     po.grads = rt_.tiers.get();
     po.untraced_grads = options_.async_optimizer;  // it may run beside the next forward
@@ -223,7 +229,8 @@ Status LayerExecutor::CheckPinnedBudget() const {
   const uint64_t slabs =
       options_.optimizer_on_nvme
           ? options_.pipeline_slabs *
-                pool.BlockBytes(offload::OptimizerPipeline::SlabBytes(max_n, rt_.swap->offset_align()))
+                pool.BlockBytes(offload::OptimizerPipeline::SlabBytes(
+                    max_n, rt_.swap->offset_align(), options_.moment_type))
           : 0;
   const uint64_t staging =
       GradType() == kernels::DType::kF32 ? kHandOverDepth * pool.BlockBytes(2 * max_n) : 0;
@@ -269,17 +276,19 @@ Status LayerExecutor::RegisterShards() {
     offload::Extent p16_home;
     if (options_.optimizer_on_nvme) {
       offload::SwapSpace& sw = *rt_.swap;
+      const uint64_t mb = offload::StateRoleBytes(offload::kExpAvgState, sn, options_.moment_type);
       ZINF_ASSIGN_OR_RETURN(ou.master, sw.Allocate(4 * sn));
-      ZINF_ASSIGN_OR_RETURN(ou.exp_avg, sw.Allocate(4 * sn));
-      ZINF_ASSIGN_OR_RETURN(ou.exp_avg_sq, sw.Allocate(4 * sn));
+      ZINF_ASSIGN_OR_RETURN(ou.exp_avg, sw.Allocate(mb));
+      ZINF_ASSIGN_OR_RETURN(ou.exp_avg_sq, sw.Allocate(mb));
       ZINF_ASSIGN_OR_RETURN(p16_home, sw.Allocate(Param16Bytes(pn)));
       // ZeRO-1: the pipeline updates a chunk and writes no 16-bit weights home (the gathered
       // unit is, by GatherParam16).
       if (!partitioned_) ou.param16 = p16_home;
     } else {
       master_.emplace_back(sn);
-      exp_avg_.emplace_back(sn);
-      exp_avg_sq_.emplace_back(sn);
+      const uint64_t mb = offload::StateRoleBytes(offload::kExpAvgState, sn, options_.moment_type);
+      exp_avg_.emplace_back(mb);
+      exp_avg_sq_.emplace_back(mb);
       if (p16_nvme) {
         ZINF_ASSIGN_OR_RETURN(p16_home, rt_.swap->Allocate(Param16Bytes(pn)));
         ou.param16 = p16_home;
@@ -322,8 +331,8 @@ Status LayerExecutor::RegisterShards() {
     state_ext_.emplace_back();
     for (uint32_t u = 0; u < units; ++u) {
       std::array<offload::Extent, offload::kStateRoles> ext;
-      for (auto& e : ext) {
-        ZINF_ASSIGN_OR_RETURN(e, rt_.swap->Allocate(4 * StateElems(u)));
+      for (int r = 0; r < offload::kStateRoles; ++r) {
+        ZINF_ASSIGN_OR_RETURN(ext[r], rt_.swap->Allocate(StateBytes(u, r)));
       }
       state_ext_[g].push_back(ext);
     }

@@ -65,6 +65,10 @@ struct ExecutorOptions {
   int batch = 1;  // sequences per micro-batch (B)
   int seq = 0;    // tokens per sequence; 0 = the model's seq
   kernels::DType param16_type = kernels::DType::kBf16;  // kBf16 or kF16
+  // The Adam moments' type (zinf.optimizer_state_dtype): kF32, or kBf16 (8 instead of 12 bytes a
+  // parameter of optimizer state, in memory and on NVMe; rounded to nearest even at every
+  // step, see kernels/cpu/adam.h). The master weights stay fp32.
+  kernels::DType moment_type = kernels::DType::kF32;
   bool params_on_nvme = false;
   bool optimizer_on_nvme = false;
   unsigned pipeline_slabs = 3;  // OptimizerPipeline depth (zinf.pipeline_depth + 1)
@@ -83,7 +87,8 @@ struct ExecutorOptions {
   // + 1. A step writes in place unless a checkpoint names the current generation; then it
   // writes a generation no checkpoint names, so the extents of every committed checkpoint are
   // never overwritten until it is released (ReleaseCheckpoint). Each generation past the first
-  // costs 12 bytes a parameter of swap space (master, exp_avg and exp_avg_sq).
+  // costs 12 bytes a parameter of swap space (master, exp_avg and exp_avg_sq; 8 with bf16
+  // moments).
   uint32_t state_generations = 1;
   // Check the xxHash64 of the NVMe-homed optimizer state every time it is read back against what
   // was written (zinf.verify_state_reads): a corrupt byte stops training with DataLoss. Costs
@@ -123,12 +128,14 @@ struct ExecutorOptions {
 };
 
 // One unit's optimizer state as a checkpoint records it: on NVMe (extents of the run's swap
-// file, the current generation) or in memory (arrays), with the xxHash64 of each role's 4n bytes.
+// file, the current generation) or in memory (arrays), with the xxHash64 of each role's bytes
+// (offload::StateRoleBytes of n and moment_type).
 struct UnitState {
   uint32_t unit = 0;
   uint64_t n = 0;
+  kernels::DType moment_type = kernels::DType::kF32;  // of exp_avg and exp_avg_sq
   std::array<offload::Extent, offload::kStateRoles> extents{};  // bytes 0: in memory
-  std::array<const float*, offload::kStateRoles> arrays{};       // null: on NVMe
+  std::array<const void*, offload::kStateRoles> arrays{};        // null: on NVMe
   offload::StateHashes hashes{};
   // Where each array was read from ("<file> at offset <n>"), for the error naming a bad one.
   std::array<std::string, offload::kStateRoles> sources{};
@@ -318,6 +325,8 @@ class LayerExecutor {
   Chunk ChunkOf(uint32_t unit) const;
   // The optimizer state's elements of a unit on this rank (its chunk, or the whole unit).
   uint64_t StateElems(uint32_t unit) const;
+  // The bytes of a role of a unit's state on this rank (offload::StateRoleBytes).
+  uint64_t StateBytes(uint32_t unit, int role) const;
   // ZeRO-1: this rank's new 16-bit weights of a unit (chunk.len values) all-gathered into the
   // whole unit and written home (every rank calls it for the same unit). ZeRO-3: the chunk
   // (padded with zeros) written home alone.
@@ -402,7 +411,8 @@ class LayerExecutor {
   std::vector<uint32_t> all_units_;
   std::vector<offload::OptimizerUnit> opt_step_units_;  // the running async step's
   offload::StepHashing opt_hashing_;                    // the running async step's
-  std::vector<std::vector<float>> master_, exp_avg_, exp_avg_sq_;
+  std::vector<std::vector<float>> master_;
+  std::vector<std::vector<uint8_t>> exp_avg_, exp_avg_sq_;  // options_.moment_type
   std::vector<uint16_t> p16_staging_;  // host path: the new param16 of one unit
   bool partitioned_ = false;
   bool partitioned_grads_ = false;  // ZeRO-2

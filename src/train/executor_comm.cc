@@ -157,7 +157,7 @@ Status LayerExecutor::StepChunk(uint32_t u, const kernels::AdamHyper& hyper,
     }
   } else {
     kernels::AdamBuffers b{master_[u].data(), grad, kernels::DType::kF32, exp_avg_[u].data(),
-                           exp_avg_sq_[u].data(), kernels::DType::kF32,
+                           exp_avg_sq_[u].data(), options_.moment_type,
                            gather16_.data() + c.lo, options_.param16_type, c.len};
     auto a0 = Clock::now();
     s = kernels::AdamStep(hyper, b, options_.adam).status();

@@ -65,16 +65,16 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
     // A new swap file reads as zeros (io/swap_file.h): the moments need writing only once an
     // optimizer step has written them.
     if (!moments_zero_at_home_ || switched) {
-      std::memset(slab, 0, 4 * c.len);
-      ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kExpAvgState), slab, 4 * c.len));
-      ZINF_RETURN_IF_ERROR(
-          WriteNvme(StateExtent(unit, offload::kExpAvgSqState), slab, 4 * c.len));
+      const uint64_t mb = StateBytes(unit, offload::kExpAvgState);
+      std::memset(slab, 0, mb);
+      ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kExpAvgState), slab, mb));
+      ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(unit, offload::kExpAvgSqState), slab, mb));
     }
   } else {
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
     if (mine != master_[unit].data()) std::memcpy(master_[unit].data(), mine, 4 * c.len);
-    std::fill(exp_avg_[unit].begin(), exp_avg_[unit].end(), 0.0f);
-    std::fill(exp_avg_sq_[unit].begin(), exp_avg_sq_[unit].end(), 0.0f);
+    std::fill(exp_avg_[unit].begin(), exp_avg_[unit].end(), 0);  // 0.0 in fp32 and bf16
+    std::fill(exp_avg_sq_[unit].begin(), exp_avg_sq_[unit].end(), 0);
   }
   // ZeRO-3: this rank's chunk alone (no collective: each rank has the whole unit here).
   if (partitioned_params_) return GatherParam16(unit, p16 + c.lo);
@@ -205,7 +205,7 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
       return g.status();
     }
     kernels::AdamBuffers b{master_[u].data(), *g, GradType(), exp_avg_[u].data(),
-                           exp_avg_sq_[u].data(), kernels::DType::kF32, p16_staging_.data(),
+                           exp_avg_sq_[u].data(), options_.moment_type, p16_staging_.data(),
                            options_.param16_type, n};
     auto a0 = Clock::now();
     auto r = kernels::AdamStep(hyper, b, options_.adam);

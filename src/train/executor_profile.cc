@@ -110,7 +110,7 @@ Result<ProfileBounds> LayerExecutor::MeasureBounds(const int32_t* tokens, const 
   auto a0 = Clock::now();
   for (uint32_t u = 0; u < d.units(); ++u) {
     kernels::AdamBuffers ab{p.data(), grads, GradType(), m.data(), v.data(),
-                            kernels::DType::kF32, p16.data(), options_.param16_type,
+                            options_.moment_type, p16.data(), options_.param16_type,
                             StateElems(u)};
     ZINF_RETURN_IF_ERROR(kernels::AdamStep(hyper, ab, options_.adam).status());
   }

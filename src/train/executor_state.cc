@@ -110,15 +110,15 @@ void LayerExecutor::NoteWeightsSet(uint32_t unit, const float* master) {
     hashes_known_[unit] = 0;  // memory is hashed when a checkpoint writes it
     return;
   }
-  const uint64_t zero = ZeroHash(4 * n);
+  const uint64_t zero = ZeroHash(StateBytes(unit, offload::kExpAvgState));
   hashes_[unit] = {Xxh64(master, 4 * n), zero, zero};
   hashes_known_[unit] = 1;
 }
 
 Status LayerExecutor::ReadStateRole(uint32_t unit, int role, uint8_t* dst) {
-  const uint64_t n = StateElems(unit);
   const offload::Extent& e = StateExtent(unit, role);
-  return rt_.swap->engine().Read(rt_.swap->file(), e.offset, dst, rt_.swap->Padded(4 * n));
+  return rt_.swap->engine().Read(rt_.swap->file(), e.offset, dst,
+                                 rt_.swap->Padded(StateBytes(unit, role)));
 }
 
 Status LayerExecutor::RequestCheckpoint(uint64_t id, CheckpointReadyFn ready) {
@@ -150,10 +150,9 @@ Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
     uint8_t* slab = BounceBuffer();
     for (uint32_t u = 0; u < units; ++u) {
       if (hashes_known_[u]) continue;
-      const uint64_t n = StateElems(u);
       for (int r = 0; r < offload::kStateRoles; ++r) {
         ZINF_RETURN_IF_ERROR(ReadStateRole(u, r, slab));
-        hashes_[u][r] = Xxh64(slab, 4 * n);
+        hashes_[u][r] = Xxh64(slab, StateBytes(u, r));
       }
       hashes_known_[u] = 1;
     }
@@ -165,6 +164,7 @@ Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
       UnitState s;
       s.unit = u;
       s.n = StateElems(u);
+      s.moment_type = options_.moment_type;
       s.extents = state_ext_[cur_gen_[u]][u];
       s.hashes = hashes_[u];
       out.push_back(s);
@@ -175,6 +175,7 @@ Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
     UnitState s;
     s.unit = u;
     s.n = StateElems(u);
+    s.moment_type = options_.moment_type;
     s.arrays = {master_[u].data(), exp_avg_[u].data(), exp_avg_sq_[u].data()};
     out.push_back(s);  // hashes: computed by whoever writes the arrays
   }
@@ -196,6 +197,13 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
         fmt::format("restore: unit {} ({}) has {} parameters of optimizer state on this rank, "
                     "the state given {}",
                     u, dims_.UnitName(u), n, s.n));
+  }
+  if (s.moment_type != options_.moment_type) {
+    return InvalidArgument(fmt::format(
+        "restore: unit {} ({}): the state's moments are {} but this run keeps them in {} "
+        "(zinf.optimizer_state_dtype); resume with the setting the checkpoint was written with",
+        u, dims_.UnitName(u), kernels::DTypeName(s.moment_type),
+        kernels::DTypeName(options_.moment_type)));
   }
   auto mismatch = [&](int r, uint64_t got, const std::string& where) {
     return DataLoss(fmt::format(
@@ -237,7 +245,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
     const uint64_t at[offload::kStateRoles] = {layout.master, layout.exp_avg, layout.exp_avg_sq};
     for (int r = 0; r < offload::kStateRoles; ++r) {
       ZINF_RETURN_IF_ERROR(ReadStateRole(u, r, slab + at[r]));
-      const uint64_t got = Xxh64(slab + at[r], 4 * n);
+      const uint64_t got = Xxh64(slab + at[r], StateBytes(u, r));
       if (got != s.hashes[r]) {
         return mismatch(r, got,
                         fmt::format("{} at offset {}", rt_.swap->swap_file().members()[0]->path(),
@@ -250,7 +258,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
     hashes_[u] = s.hashes;
     hashes_known_[u] = 1;
   } else {
-    std::vector<float>* dst[offload::kStateRoles] = {&master_[u], &exp_avg_[u], &exp_avg_sq_[u]};
+    void* dst[offload::kStateRoles] = {master_[u].data(), exp_avg_[u].data(), exp_avg_sq_[u].data()};
     for (int r = 0; r < offload::kStateRoles; ++r) {
       if (s.arrays[r] == nullptr) {
         return InvalidArgument(fmt::format(
@@ -258,14 +266,14 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
             "memory",
             u));
       }
-      const uint64_t got = Xxh64(s.arrays[r], 4 * n);
+      const uint64_t got = Xxh64(s.arrays[r], StateBytes(u, r));
       if (got != s.hashes[r]) {
         return mismatch(r, got, s.sources[r].empty() ? std::string("as read from the checkpoint")
                                                      : "as read from " + s.sources[r]);
       }
     }
     for (int r = 0; r < offload::kStateRoles; ++r) {
-      std::memcpy(dst[r]->data(), s.arrays[r], 4 * n);
+      std::memcpy(dst[r], s.arrays[r], StateBytes(u, r));
     }
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master_[u].data(), p16, options_.param16_type, n));
     hashes_known_[u] = 0;

@@ -38,6 +38,15 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The Adam moments' type (zinf.optimizer_state_dtype).
+kernels::DType MomentType(const Config& c) {
+  return c.zinf.optimizer_state_dtype == "bf16" ? kernels::DType::kBf16 : kernels::DType::kF32;
+}
+
+// Bytes of optimizer state a parameter: fp32 master weights and two moments (12, or 8 with
+// bf16 moments).
+uint64_t StateBytesPerParam(const Config& c) { return 4 + 2 * kernels::DTypeSize(MomentType(c)); }
+
 // Swap file capacity: every unit's fp32 master, moments and gradient and its 16-bit copy, each
 // extent rounded up to the stripe unit (SwapSpace aligns extents to it) plus an O_DIRECT block;
 // with checkpoints, a second generation of the master weights and moments.
@@ -45,8 +54,8 @@ uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations) {
   const uint64_t slack = c.zinf.stripe_bytes + 4096;
   uint64_t total = 0;
   for (uint32_t u = 0; u < d.units(); ++u) {
-    total += 18 * d.UnitParams(u) + 5 * slack;
-    total += (generations - 1) * (12 * d.UnitParams(u) + 3 * slack);
+    total += (6 + StateBytesPerParam(c)) * d.UnitParams(u) + 5 * slack;
+    total += (generations - 1) * (StateBytesPerParam(c) * d.UnitParams(u) + 3 * slack);
   }
   return total;
 }
@@ -300,6 +309,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   eo.batch = static_cast<int>(B);
   eo.seq = static_cast<int>(T);
   eo.param16_type = fp16 ? kernels::DType::kF16 : kernels::DType::kBf16;
+  eo.moment_type = MomentType(c);
   eo.params_on_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
   eo.optimizer_on_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
@@ -388,12 +398,14 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                                         .val_fraction = opt.val_fraction,
                                                         .eval_every = opt.eval_every,
                                                         .eval_batches = opt.eval_batches},
-                                                // state.bin (12 bytes a parameter) and
+                                                // state.bin (12 or 8 bytes a parameter) and
                                                 // room for its manifest
                                                 .bytes_per_checkpoint =
                                                     eo.optimizer_on_nvme
                                                         ? 0
-                                                        : 12 * dims.TotalParams() + (64 << 10),
+                                                        : StateBytesPerParam(c) *
+                                                                  dims.TotalParams() +
+                                                              (64 << 10),
                                                 .state_on_nvme = eo.optimizer_on_nvme,
                                                 .swap_files = ex->SwapFilePaths(),
                                                 .stripe_bytes = ex->SwapStripeBytes(),
@@ -655,7 +667,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     sum.optimizer_seconds = es.optimizer_seconds / n;
   }
   sum.pinned_budget_bytes = rt->pool->budget_bytes();
-  sum.optimizer_state_bytes = 12 * ex->StateParams();
+  sum.optimizer_state_bytes = StateBytesPerParam(c) * ex->StateParams();
   sum.gradient_bytes = ex->GradShardBytes();
   sum.param16_bytes = ex->Param16ShardBytes();
 

@@ -131,7 +131,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values("--offload nvme", "--offload cpu", "--offload none",
                       "--offload nvme --precision fp16", "--offload cpu --precision fp16 --grad-accum 2",
                       "--offload nvme --grad-accum 2", "--offload nvme --overlap-adam",
-                      "--offload cpu --overlap-adam"),
+                      "--offload cpu --overlap-adam", "--offload nvme --optimizer-state-dtype bf16",
+                      "--offload cpu --optimizer-state-dtype bf16"),
     [](const auto& info) {
       std::string n;
       for (char c : info.param) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -288,6 +289,12 @@ TEST(CheckpointFlagsTest, RefusalsNameTheProblem) {
   auto done = RunZinf("train --resume " + root, dir.path());
   EXPECT_NE(done.exit_code, 0);
   EXPECT_NE(done.err.find("step"), std::string::npos) << done.err;
+  // Its moments are fp32: resuming them as bf16 is refused, naming the key.
+  auto moments = RunZinf("train --resume " + root + " --steps 4 --optimizer-state-dtype bf16",
+                         dir.path());
+  EXPECT_NE(moments.exit_code, 0);
+  EXPECT_EQ(ProgressLines(moments.out).size(), 0u);
+  EXPECT_NE(moments.err.find("zinf.optimizer_state_dtype"), std::string::npos) << moments.err;
 }
 
 // The swap file a checkpoint names is not emptied by another run started on the same swap
