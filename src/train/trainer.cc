@@ -569,7 +569,9 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     }
     if (losses.is_open()) {
       nlohmann::json j = {{"step", step + 1}, {"loss", loss}, {"lr", lr},
-                          {"grad_norm", norm}, {"skipped", skip}, {"seconds", dt}};
+                          {"grad_norm", norm}, {"skipped", skip}, {"seconds", dt},
+                          {"nvme_read_bytes", static_cast<uint64_t>(rd)},
+                          {"nvme_write_bytes", static_cast<uint64_t>(wr)}};
       if (fp16) j["loss_scale"] = loss_scale;
       if (val >= 0) j["val_loss"] = val;
       // Flushed each step: after a crash the file holds every step a checkpoint covers.

@@ -46,6 +46,9 @@ class CkptCliTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(CkptCliTest, InspectVerifyAndExportAsTheRunSavedIt) {
   TrainedRun run(GetParam());
   const bool nvme = GetParam().find("nvme") != std::string::npos;
+  // zinf.optimizer_state_dtype bf16: the moments are stored, and exported, as BF16.
+  const bool bf16_moments = GetParam().find("bf16") != std::string::npos;
+  const uint64_t me = bf16_moments ? 2 : 4;  // bytes of a moment element
   auto inspect = RunZinf("ckpt inspect " + run.dir / "ckpt", run.dir.path());
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
   EXPECT_NE(inspect.out.find("step 3 (of 3 asked for)"), std::string::npos) << inspect.out;
@@ -105,15 +108,16 @@ TEST_P(CkptCliTest, InspectVerifyAndExportAsTheRunSavedIt) {
       for (const char* role : {"exp_avg", "exp_avg_sq"}) {
         const auto* mt = exported->Find(t.name + "." + role);
         ASSERT_NE(mt, nullptr) << t.name << "." << role;
-        EXPECT_EQ(mt->dtype, train::Dtype::kF32);
-        std::string got(4 * t.elems, '\0');
+        EXPECT_EQ(mt->dtype, bf16_moments ? train::Dtype::kBF16 : train::Dtype::kF32);
+        std::string got(me * t.elems, '\0');
         ASSERT_TRUE(exported->Read(mt->name, got.data(), got.size()).ok());
         for (const auto& s : m["shards"]) {
           if (s["role"] != role || s["unit"] != u) continue;
+          EXPECT_EQ(s["dtype"], bf16_moments ? "BF16" : "F32");
           std::string file = s["file"].get<std::string>();
           if (file.front() != '/') file = run.ckpt + "/" + file;
           std::ifstream in(file, std::ios::binary);
-          in.seekg(static_cast<std::streamoff>(s["offset"].get<uint64_t>() + 4 * t.offset));
+          in.seekg(static_cast<std::streamoff>(s["offset"].get<uint64_t>() + me * t.offset));
           std::string want(got.size(), '\0');
           in.read(want.data(), static_cast<std::streamsize>(want.size()));
           EXPECT_TRUE(got == want) << t.name << "." << role;
@@ -124,8 +128,15 @@ TEST_P(CkptCliTest, InspectVerifyAndExportAsTheRunSavedIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StateOnNvmeAndInMemory, CkptCliTest,
-                         ::testing::Values("--offload nvme", "--offload cpu"),
-                         [](const auto& info) { return info.param == "--offload nvme" ? "Nvme" : "Cpu"; });
+                         ::testing::Values("--offload nvme", "--offload cpu",
+                                           "--offload nvme --optimizer-state-dtype bf16",
+                                           "--offload cpu --optimizer-state-dtype bf16"),
+                         [](const auto& info) {
+                           std::string n = info.param.find("nvme") != std::string::npos ? "Nvme"
+                                                                                        : "Cpu";
+                           if (info.param.find("bf16") != std::string::npos) n += "Bf16Moments";
+                           return n;
+                         });
 
 TEST(CkptVerifyTest, AFlippedByteIsNamedAndExportRefuses) {
   TrainedRun run("--offload cpu");
