@@ -69,6 +69,9 @@ struct OptimizerUnit {
   std::optional<ShardId> grad_shard;     // gradient shard (n grad_type values) of the
                                          // pipeline's TierManager
   kernels::DType grad_type = kernels::DType::kF32;
+  // bf16 moments rounded stochastically: the unit's stream (kernels::StateRoundingSeed's
+  // tensor), stable across steps and runs.
+  uint64_t rounding_stream = 0;
 };
 
 struct OptimizerPipelineOptions {
@@ -78,6 +81,10 @@ struct OptimizerPipelineOptions {
   kernels::AdamOptions adam;
   kernels::DType param16_type = kernels::DType::kBf16;
   kernels::DType moment_type = kernels::DType::kF32;  // of exp_avg and exp_avg_sq: fp32 or bf16
+  // bf16 moments: rounded stochastically (kernels/cpu/adam.h) from the run's seed, else to
+  // nearest even.
+  bool stochastic_moments = false;
+  uint64_t rounding_seed = 0;
   Tracer* tracer = nullptr;  // spans on tracks "nvme read", "nvme write", "adam" when set
   TierManager* grads = nullptr;  // REQUIRED when units name a grad_shard
   // Acquire gradient shards outside the tier manager's step order (AcquireMode::kReadUntraced):

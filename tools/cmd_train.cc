@@ -247,8 +247,12 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_option("--trace", a->trace, "Write a Chrome trace-event JSON");
   cmd->add_option("--optimizer-state-dtype", a->state_dtype,
                   "zinf.optimizer_state_dtype: the Adam moments' storage, fp32 or bf16 (8 instead "
-                  "of 12 bytes a parameter of optimizer state; rounded to nearest even each step)")
+                  "of 12 bytes a parameter of optimizer state)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--optimizer-state-rounding", a->state_rounding,
+                  "zinf.optimizer_state_rounding: how bf16 moments are rounded, stochastic "
+                  "(unbiased, deterministic from zinf.seed) or nearest")
+      ->check(CLI::IsMember({"stochastic", "nearest"}));
   cmd->add_flag("--overlap-adam", a->overlap_adam,
                 "zinf.overlap_adam: each unit's Adam during backward (clipping with the previous "
                 "step's coefficient)");

@@ -68,6 +68,9 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
   if (set("--optimizer-state-dtype", {"zinf.optimizer_state_dtype"})) {
     c.zinf.optimizer_state_dtype = a.state_dtype;
   }
+  if (set("--optimizer-state-rounding", {"zinf.optimizer_state_rounding"})) {
+    c.zinf.optimizer_state_rounding = a.state_rounding;
+  }
   if (set("--precision", {"fp16.enabled", "bf16.enabled"})) {
     c.fp16.enabled = a.precision == "fp16";
     c.bf16.enabled = a.precision == "bf16";

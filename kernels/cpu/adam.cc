@@ -50,7 +50,14 @@ Status Validate(const AdamHyper& h, const AdamBuffers& b) {
   return Status::Ok();
 }
 
-internal::AdamCoeffs MakeCoeffs(const AdamHyper& h) {
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+internal::AdamCoeffs MakeCoeffs(const AdamHyper& h, uint64_t state_seed) {
   const double beta1 = h.beta1, beta2 = h.beta2, t = static_cast<double>(h.step);
   const double bc1 = h.bias_correction ? 1.0 - std::pow(beta1, t) : 1.0;
   const double bc2 = h.bias_correction ? 1.0 - std::pow(beta2, t) : 1.0;
@@ -65,6 +72,9 @@ internal::AdamCoeffs MakeCoeffs(const AdamHyper& h) {
   c.decay = h.adamw ? static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay) : 1.0f;
   c.l2 = h.adamw ? 0.0f : h.weight_decay;
   c.grad_scale = h.grad_scale;
+  const uint64_t s = SplitMix64(state_seed);
+  c.seed_m = static_cast<uint32_t>(s);
+  c.seed_v = static_cast<uint32_t>(s >> 32);
   return c;
 }
 
@@ -84,6 +94,10 @@ size_t ChunkFor(size_t n, int threads, size_t chunk) {
 }
 
 }  // namespace
+
+uint64_t StateRoundingSeed(uint64_t run_seed, int64_t step, uint64_t tensor) {
+  return SplitMix64(SplitMix64(SplitMix64(run_seed) ^ static_cast<uint64_t>(step)) ^ tensor);
+}
 
 size_t AdamBytesPerElement(DType grad_type, DType state_type, bool has_param16) {
   // param read + write, grad read, m and v read + write, 16-bit copy written.
@@ -107,10 +121,11 @@ Result<AdamStepInfo> AdamStep(const AdamHyper& hyper, const AdamBuffers& b,
     info.found_nonfinite = true;
     return info;
   }
-  const internal::AdamCoeffs coeffs = MakeCoeffs(hyper);
+  const internal::AdamCoeffs coeffs = MakeCoeffs(hyper, b.state_seed);
   internal::AdamLayout layout;
   layout.grad_type = b.grad_type;
   layout.state_type = b.state_type;
+  layout.stochastic_state = b.stochastic_state && b.state_type == DType::kBf16;
   layout.has_param16 = b.param16_out != nullptr;
   layout.param16_type = b.param16_type;
   layout.stream_param16 = options.stream_param16;
@@ -123,6 +138,7 @@ Result<AdamStepInfo> AdamStep(const AdamHyper& hyper, const AdamBuffers& b,
     chunk.exp_avg_sq = ElementAt(b.exp_avg_sq, b.state_type, begin);
     chunk.param16 = layout.has_param16 ? ElementAt(b.param16_out, b.param16_type, begin) : nullptr;
     chunk.n = end - begin;
+    chunk.first = begin;
     k.adam(coeffs, layout, chunk);
   });
   return info;

@@ -19,9 +19,18 @@
 // variant (NaN stays NaN, see half_convert.h).
 //
 // bf16 optimizer state (state_type = kBf16) is an APPROXIMATION: m and v are widened to fp32,
-// updated as above (the parameter update uses these fp32 values) and rounded to nearest even
-// bf16 for storage, keeping 8 of fp32's 24 significant bits (relative error up to 2^-8 at each
-// step). It halves the state's memory and NVMe traffic; it does not match PyTorch's fp32 state.
+// updated as above (the parameter update uses these fp32 values) and rounded to bf16 for
+// storage, keeping 8 of fp32's 24 significant bits. It halves the state's memory and NVMe
+// traffic; it does not match PyTorch's fp32 state. Two roundings:
+// - to nearest even (stochastic_state false): an update smaller than half an ulp (2^-9 to 2^-8
+//   of the value) is lost every time; with beta2 = 0.999, v can then never decrease (a step
+//   moves it by at most 0.1%) and rises only when g*g is ~3x it or more;
+// - stochastic (stochastic_state true): each element rounds up with probability equal to the
+//   fraction dropped, from 16 random bits that are a hash of (state_seed, the element's index
+//   in the call, which moment): unbiased, so small updates survive on average, and
+//   deterministic — the same seed, inputs and n give the same bits in every variant, for any
+//   thread count or chunking (half_convert.h: FloatToBf16Stochastic). Give each step and
+//   tensor its own seed (StateRoundingSeed). Indexes wrap at 2^32 elements.
 //
 // Non-finite gradients. With options.check_finite, the gradients are scanned in parallel before
 // anything is written; if any is inf or NaN, AdamStep returns found_nonfinite = true and leaves
@@ -75,7 +84,14 @@ struct AdamBuffers {
   void* param16_out = nullptr;        // (n) param16_type, written; null = no 16-bit copy
   DType param16_type = DType::kBf16;  // kBf16 or kF16
   size_t n = 0;
+  bool stochastic_state = false;      // kBf16 state: stochastic rounding instead of nearest
+  uint64_t state_seed = 0;            // its random stream (StateRoundingSeed)
 };
+
+// The seed of the stochastic rounding of one tensor's moments at one step: a hash of a run's
+// seed, the 1-based step and the tensor's stable number (a unit), so that a resumed run draws
+// what the uninterrupted one drew.
+uint64_t StateRoundingSeed(uint64_t run_seed, int64_t step, uint64_t tensor);
 
 struct AdamOptions {
   KernelVariant variant = KernelVariant::kAuto;  // see variant.h (ZINF_ADAM_VARIANT)

@@ -89,6 +89,28 @@ inline float F16ToFloat(uint16_t h) {
   return BitsToFloat(sign | (e << 23) | ((mantissa & 0x3ffu) << 13));
 }
 
+// Stochastic rounding to bf16 (the Adam moments with zinf.optimizer_state_dtype bf16): element
+// `index` of the stream `seed` gets 16 random bits r (a hash of both, StochasticBits), and a
+// finite f becomes the top 16 bits of bits(f) + r: rounded away from zero with probability
+// equal to the dropped fraction, so the rounding is unbiased. Inf and NaN round as FloatToBf16.
+// (A finite value within one bf16 ulp of the largest can round to infinity.) The same
+// (seed, index, f) give the same bits in every variant.
+inline uint32_t Fmix32(uint32_t x) {  // MurmurHash3's finalizer
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  return x ^ (x >> 16);
+}
+inline uint32_t StochasticBits(uint32_t index, uint32_t seed) {
+  return Fmix32((index * 0x9e3779b1u) ^ seed) >> 16;
+}
+inline uint16_t FloatToBf16Stochastic(float f, uint32_t random16) {
+  const uint32_t u = FloatBits(f);
+  if ((u & 0x7f800000u) == 0x7f800000u) return FloatToBf16(f);
+  return static_cast<uint16_t>((u + random16) >> 16);
+}
+
 // Reads element i of a buffer of `type` as a float.
 inline float LoadAsFloat(const void* base, DType type, size_t i) {
   if (type == DType::kF32) return static_cast<const float*>(base)[i];

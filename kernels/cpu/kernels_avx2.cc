@@ -30,6 +30,35 @@ inline __m256i RoundToBf16Low(__m256 x) {
   return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
 }
 
+// Stochastic rounding (half_convert.h): 8 lanes, elements idx..idx+7 of stream `seed`; the
+// result in the low 16 bits of each lane.
+inline __m256i Fmix32(__m256i x) {
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0x85ebca6bu)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 13));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0xc2b2ae35u)));
+  return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+inline __m256i StochasticToBf16Low(__m256 x, uint32_t idx, uint32_t seed) {
+  const __m256i lanes =
+      _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(idx)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i h = _mm256_xor_si256(
+      _mm256_mullo_epi32(lanes, _mm256_set1_epi32(static_cast<int>(0x9e3779b1u))),
+      _mm256_set1_epi32(static_cast<int>(seed)));
+  const __m256i r = _mm256_srli_epi32(Fmix32(h), 16);
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+  const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(u, exp_mask), exp_mask);
+  const __m256i sr = _mm256_srli_epi32(_mm256_add_epi32(u, r), 16);
+  return _mm256_blendv_epi8(sr, RoundToBf16Low(x), special);
+}
+// 16 lanes (elements idx..idx+15) stochastically rounded to bf16 and stored.
+inline void StoreBf16Stochastic(void* p, __m256 lo, __m256 hi, uint32_t idx, uint32_t seed) {
+  const __m256i packed = _mm256_packus_epi32(StochasticToBf16Low(lo, idx, seed),
+                                             StochasticToBf16Low(hi, idx + 8, seed));
+  _mm256_storeu_si256(static_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xd8));
+}
+
 // 16 fp32 lanes (lo = elements 0..7, hi = 8..15) -> 16 16-bit values in one ymm.
 template <DType kType>
 inline __m256i Pack16(__m256 lo, __m256 hi) {
@@ -119,9 +148,9 @@ inline void AdamCore(const Coeffs& c, __m256& p, __m256 g, __m256& m, __m256& v)
   p = _mm256_fmadd_ps(c.neg_step_size, _mm256_div_ps(m, denom), p);
 }
 
-template <DType kGrad, DType kState, int kOut, bool kStream>
+template <DType kGrad, DType kState, int kOut, bool kStream, bool kSR>
 inline void AdamStep16(const Coeffs& c, float* param, const void* grad, void* m_ptr, void* v_ptr,
-                       void* out) {
+                       void* out, uint32_t idx, uint32_t seed_m, uint32_t seed_v) {
   __m256 p0, p1, g0, g1, m0, m1, v0, v1;
   Load16<DType::kF32>(param, p0, p1);
   Load16<kGrad>(grad, g0, g1);
@@ -131,8 +160,13 @@ inline void AdamStep16(const Coeffs& c, float* param, const void* grad, void* m_
   AdamCore(c, p1, g1, m1, v1);
   // In-place arrays: ordinary stores (their lines are already in cache from the loads).
   Store16<DType::kF32, false>(param, p0, p1);
-  Store16<kState, false>(m_ptr, m0, m1);
-  Store16<kState, false>(v_ptr, v0, v1);
+  if constexpr (kSR) {
+    StoreBf16Stochastic(m_ptr, m0, m1, idx, seed_m);
+    StoreBf16Stochastic(v_ptr, v0, v1, idx, seed_v);
+  } else {
+    Store16<kState, false>(m_ptr, m0, m1);
+    Store16<kState, false>(v_ptr, v0, v1);
+  }
   if constexpr (kOut != 0) Store16<static_cast<DType>(kOut), kStream>(out, p0, p1);
 }
 
@@ -143,7 +177,7 @@ inline void PrefetchAhead(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + kAdamPrefetchBytes, _MM_HINT_T0);
 }
 
-template <DType kGrad, DType kState, int kOut, bool kStream>
+template <DType kGrad, DType kState, int kOut, bool kStream, bool kSR>
 void AdamChunkT(const AdamCoeffs& coeffs, const AdamChunk& ch) {
   constexpr DType kOutType = kOut != 0 ? static_cast<DType>(kOut) : DType::kBf16;
   const Coeffs c = Broadcast(coeffs);
@@ -155,9 +189,10 @@ void AdamChunkT(const AdamCoeffs& coeffs, const AdamChunk& ch) {
     PrefetchAhead(At(ch.grad, kGrad, i));
     PrefetchAhead(At(ch.exp_avg, kState, i));
     PrefetchAhead(At(ch.exp_avg_sq, kState, i));
-    AdamStep16<kGrad, kState, kOut, kStream>(
+    AdamStep16<kGrad, kState, kOut, kStream, kSR>(
         c, ch.param + i, At(ch.grad, kGrad, i), At(ch.exp_avg, kState, i),
-        At(ch.exp_avg_sq, kState, i), kOut != 0 ? At(ch.param16, kOutType, i) : nullptr);
+        At(ch.exp_avg_sq, kState, i), kOut != 0 ? At(ch.param16, kOutType, i) : nullptr,
+        static_cast<uint32_t>(ch.first + i), coeffs.seed_m, coeffs.seed_v);
   }
   if (i < ch.n) {
     const size_t rest = ch.n - i;
@@ -166,8 +201,10 @@ void AdamChunkT(const AdamCoeffs& coeffs, const AdamChunk& ch) {
     std::memcpy(g.bytes, At(ch.grad, kGrad, i), rest * Size(kGrad));
     std::memcpy(m.bytes, At(ch.exp_avg, kState, i), rest * Size(kState));
     std::memcpy(v.bytes, At(ch.exp_avg_sq, kState, i), rest * Size(kState));
-    AdamStep16<kGrad, kState, kOut, false>(c, reinterpret_cast<float*>(p.bytes), g.bytes, m.bytes,
-                                           v.bytes, out.bytes);
+    AdamStep16<kGrad, kState, kOut, false, kSR>(c, reinterpret_cast<float*>(p.bytes), g.bytes,
+                                                 m.bytes, v.bytes, out.bytes,
+                                                 static_cast<uint32_t>(ch.first + i),
+                                                 coeffs.seed_m, coeffs.seed_v);
     std::memcpy(ch.param + i, p.bytes, rest * 4);
     std::memcpy(At(ch.exp_avg, kState, i), m.bytes, rest * Size(kState));
     std::memcpy(At(ch.exp_avg_sq, kState, i), v.bytes, rest * Size(kState));
@@ -177,21 +214,22 @@ void AdamChunkT(const AdamCoeffs& coeffs, const AdamChunk& ch) {
 
 using AdamFn = void (*)(const AdamCoeffs&, const AdamChunk&);
 
-template <DType kGrad, DType kState>
+template <DType kGrad, DType kState, bool kSR = false>
 AdamFn PickOut(const AdamLayout& l, bool stream) {
-  if (!l.has_param16) return AdamChunkT<kGrad, kState, 0, false>;
+  if (!l.has_param16) return AdamChunkT<kGrad, kState, 0, false, kSR>;
   if (l.param16_type == DType::kBf16) {
-    return stream ? AdamChunkT<kGrad, kState, int(DType::kBf16), true>
-                  : AdamChunkT<kGrad, kState, int(DType::kBf16), false>;
+    return stream ? AdamChunkT<kGrad, kState, int(DType::kBf16), true, kSR>
+                  : AdamChunkT<kGrad, kState, int(DType::kBf16), false, kSR>;
   }
-  return stream ? AdamChunkT<kGrad, kState, int(DType::kF16), true>
-                : AdamChunkT<kGrad, kState, int(DType::kF16), false>;
+  return stream ? AdamChunkT<kGrad, kState, int(DType::kF16), true, kSR>
+                : AdamChunkT<kGrad, kState, int(DType::kF16), false, kSR>;
 }
 
 template <DType kGrad>
 AdamFn PickState(const AdamLayout& l, bool stream) {
-  return l.state_type == DType::kF32 ? PickOut<kGrad, DType::kF32>(l, stream)
-                                     : PickOut<kGrad, DType::kBf16>(l, stream);
+  if (l.state_type == DType::kF32) return PickOut<kGrad, DType::kF32>(l, stream);
+  return l.stochastic_state ? PickOut<kGrad, DType::kBf16, true>(l, stream)
+                            : PickOut<kGrad, DType::kBf16>(l, stream);
 }
 
 void Adam(const AdamCoeffs& c, const AdamLayout& l, const AdamChunk& ch) {

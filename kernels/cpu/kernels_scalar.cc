@@ -16,8 +16,9 @@ namespace {
 
 using AdamFn = void (*)(const AdamCoeffs&, const AdamChunk&);
 
-// kOut: 0 no 16-bit copy, otherwise the DType of the copy.
-template <DType kGrad, DType kState, int kOut>
+// kOut: 0 no 16-bit copy, otherwise the DType of the copy. kSR: bf16 state rounded
+// stochastically.
+template <DType kGrad, DType kState, int kOut, bool kSR = false>
 void AdamChunkT(const AdamCoeffs& c, const AdamChunk& ch) {
   for (size_t i = 0; i < ch.n; ++i) {
     float p = ch.param[i];
@@ -29,23 +30,31 @@ void AdamChunkT(const AdamCoeffs& c, const AdamChunk& ch) {
     const float denom = std::sqrt(v) * c.inv_sqrt_bc2 + c.eps;
     p = p + c.neg_step_size * (m / denom);
     ch.param[i] = p;
-    StoreFromFloat(ch.exp_avg, kState, i, m);
-    StoreFromFloat(ch.exp_avg_sq, kState, i, v);
+    if constexpr (kSR) {
+      const auto j = static_cast<uint32_t>(ch.first + i);
+      static_cast<uint16_t*>(ch.exp_avg)[i] = FloatToBf16Stochastic(m, StochasticBits(j, c.seed_m));
+      static_cast<uint16_t*>(ch.exp_avg_sq)[i] =
+          FloatToBf16Stochastic(v, StochasticBits(j, c.seed_v));
+    } else {
+      StoreFromFloat(ch.exp_avg, kState, i, m);
+      StoreFromFloat(ch.exp_avg_sq, kState, i, v);
+    }
     if constexpr (kOut != 0) StoreFromFloat(ch.param16, static_cast<DType>(kOut), i, p);
   }
 }
 
-template <DType kGrad, DType kState>
+template <DType kGrad, DType kState, bool kSR = false>
 AdamFn PickOut(const AdamLayout& l) {
-  if (!l.has_param16) return AdamChunkT<kGrad, kState, 0>;
-  if (l.param16_type == DType::kBf16) return AdamChunkT<kGrad, kState, int(DType::kBf16)>;
-  return AdamChunkT<kGrad, kState, int(DType::kF16)>;
+  if (!l.has_param16) return AdamChunkT<kGrad, kState, 0, kSR>;
+  if (l.param16_type == DType::kBf16) return AdamChunkT<kGrad, kState, int(DType::kBf16), kSR>;
+  return AdamChunkT<kGrad, kState, int(DType::kF16), kSR>;
 }
 
 template <DType kGrad>
 AdamFn PickState(const AdamLayout& l) {
-  return l.state_type == DType::kF32 ? PickOut<kGrad, DType::kF32>(l)
-                                     : PickOut<kGrad, DType::kBf16>(l);
+  if (l.state_type == DType::kF32) return PickOut<kGrad, DType::kF32>(l);
+  return l.stochastic_state ? PickOut<kGrad, DType::kBf16, true>(l)
+                            : PickOut<kGrad, DType::kBf16>(l);
 }
 
 void Adam(const AdamCoeffs& c, const AdamLayout& l, const AdamChunk& ch) {

@@ -34,11 +34,15 @@ struct AdamCoeffs {
   float decay;  // AdamW: 1 - lr * weight_decay; Adam: 1
   float l2;     // Adam: weight_decay; AdamW: 0
   float grad_scale;
+  // Stochastic rounding of bf16 moments: the random streams of exp_avg and exp_avg_sq.
+  uint32_t seed_m;
+  uint32_t seed_v;
 };
 
 struct AdamLayout {
   DType grad_type;
   DType state_type;  // kF32 or kBf16
+  bool stochastic_state;  // kBf16 state rounded stochastically (StochasticBits), not to nearest
   bool has_param16;
   DType param16_type;   // kBf16 or kF16 when has_param16
   bool stream_param16;  // non-temporal stores for param16 where it is 64-byte aligned
@@ -52,6 +56,7 @@ struct AdamChunk {
   void* exp_avg_sq;
   void* param16;  // null when !has_param16
   size_t n;
+  size_t first;  // the index of the chunk's first element in the whole call (random streams)
 };
 
 struct VariantKernels {

@@ -467,6 +467,7 @@ nlohmann::ordered_json Config::ToJson() const {
                  {"overlap_adam", zinf.overlap_adam},
                  {"seed", zinf.seed},
                  {"optimizer_state_dtype", zinf.optimizer_state_dtype},
+                 {"optimizer_state_rounding", zinf.optimizer_state_rounding},
                  {"model",
                   {{"layers", m.layers},
                    {"width", m.width},

@@ -251,6 +251,9 @@ struct ZinfConfig {
   // 8 instead of 12 bytes a parameter of optimizer state in memory and on NVMe; an
   // approximation of fp32 Adam, see kernels/cpu/adam.h). The master weights stay fp32.
   std::string optimizer_state_dtype = "fp32";
+  // How bf16 moments are rounded: "stochastic" (unbiased, from a hash of zinf.seed, the step,
+  // the unit and the element: deterministic) or "nearest" (even). See kernels/cpu/adam.h.
+  std::string optimizer_state_rounding = "stochastic";
   ModelConfig model;
   CheckpointConfig checkpoint;
   CommConfig comm;

@@ -279,6 +279,11 @@ void ReadZinf(Reader r, ZinfConfig* c) {
   std::string_view state_dtype = c->optimizer_state_dtype;
   r.Enum("optimizer_state_dtype", &state_dtype, state_dtypes);
   c->optimizer_state_dtype = std::string(state_dtype);
+  const Choices<std::string_view> roundings = {{"stochastic", "stochastic"},
+                                               {"nearest", "nearest"}};
+  std::string_view rounding = c->optimizer_state_rounding;
+  r.Enum("optimizer_state_rounding", &rounding, roundings);
+  c->optimizer_state_rounding = std::string(rounding);
   ReadModel(r.Object("model"), &c->model);
   ReadCheckpoint(r.Object("checkpoint"), &c->checkpoint);
   ReadComm(r.Object("comm"), &c->comm);

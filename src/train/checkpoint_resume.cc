@@ -224,7 +224,7 @@ Status CheckResumable(const ckpt::Manifest& m, const Config& c,
                    then.value(key, json()).dump(), where);
       }
     }
-    for (const char* key : {"seed", "overlap_adam"}) {
+    for (const char* key : {"seed", "overlap_adam", "optimizer_state_rounding"}) {
       const json a = now["zinf"].value(key, json()), b = then.value("zinf", json()).value(key, json());
       if (a != b) {
         Log().warn("resume: zinf.{} is {} here, {} in {}: the run will not match an "

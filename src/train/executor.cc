@@ -101,6 +101,10 @@ LayerExecutor::Chunk LayerExecutor::ChunkOf(uint32_t unit) const {
 
 uint64_t LayerExecutor::StateElems(uint32_t unit) const { return ChunkOf(unit).len; }
 
+uint64_t LayerExecutor::RoundingStream(uint32_t unit) const {
+  return uint64_t{unit} | (ChunkOf(unit).lo << 32);
+}
+
 uint64_t LayerExecutor::StateBytes(uint32_t unit, int role) const {
   return offload::StateRoleBytes(role, StateElems(unit), options_.moment_type);
 }
@@ -179,6 +183,8 @@ Status LayerExecutor::Setup() {
     po.adam = options_.adam;
     po.param16_type = options_.param16_type;
     po.moment_type = options_.moment_type;
+    po.stochastic_moments = options_.stochastic_moments;
+    po.rounding_seed = options_.rounding_seed;
     po.tracer = options_.tracer;
     po.grads = rt_.tiers.get();
     po.untraced_grads = options_.async_optimizer;  // it may run beside the next forward
@@ -273,6 +279,7 @@ Status LayerExecutor::RegisterShards() {
     offload::OptimizerUnit ou;
     ou.n = sn;
     ou.grad_type = GradType();
+    ou.rounding_stream = RoundingStream(u);
     offload::Extent p16_home;
     if (options_.optimizer_on_nvme) {
       offload::SwapSpace& sw = *rt_.swap;

@@ -69,6 +69,11 @@ struct ExecutorOptions {
   // parameter of optimizer state, in memory and on NVMe; rounded to nearest even at every
   // step, see kernels/cpu/adam.h). The master weights stay fp32.
   kernels::DType moment_type = kernels::DType::kF32;
+  // bf16 moments rounded stochastically (zinf.optimizer_state_rounding "stochastic"), each
+  // unit's stream seeded from rounding_seed (zinf.seed), the step and the unit (and this rank's
+  // chunk of it): deterministic, so placements agree and a resume matches.
+  bool stochastic_moments = false;
+  uint64_t rounding_seed = 0;
   bool params_on_nvme = false;
   bool optimizer_on_nvme = false;
   unsigned pipeline_slabs = 3;  // OptimizerPipeline depth (zinf.pipeline_depth + 1)
@@ -327,6 +332,8 @@ class LayerExecutor {
   uint64_t StateElems(uint32_t unit) const;
   // The bytes of a role of a unit's state on this rank (offload::StateRoleBytes).
   uint64_t StateBytes(uint32_t unit, int role) const;
+  // The unit's stream of stochastic rounding (OptimizerUnit::rounding_stream).
+  uint64_t RoundingStream(uint32_t unit) const;
   // ZeRO-1: this rank's new 16-bit weights of a unit (chunk.len values) all-gathered into the
   // whole unit and written home (every rank calls it for the same unit). ZeRO-3: the chunk
   // (padded with zeros) written home alone.

@@ -159,6 +159,8 @@ Status LayerExecutor::StepChunk(uint32_t u, const kernels::AdamHyper& hyper,
     kernels::AdamBuffers b{master_[u].data(), grad, kernels::DType::kF32, exp_avg_[u].data(),
                            exp_avg_sq_[u].data(), options_.moment_type,
                            gather16_.data() + c.lo, options_.param16_type, c.len};
+    b.stochastic_state = options_.stochastic_moments;
+    b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, RoundingStream(u));
     auto a0 = Clock::now();
     s = kernels::AdamStep(hyper, b, options_.adam).status();
     st->adam_seconds += Since(a0);

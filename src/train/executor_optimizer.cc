@@ -207,6 +207,8 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
     kernels::AdamBuffers b{master_[u].data(), *g, GradType(), exp_avg_[u].data(),
                            exp_avg_sq_[u].data(), options_.moment_type, p16_staging_.data(),
                            options_.param16_type, n};
+    b.stochastic_state = options_.stochastic_moments;
+    b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, RoundingStream(u));
     auto a0 = Clock::now();
     auto r = kernels::AdamStep(hyper, b, options_.adam);
     st->adam_seconds += Since(a0);

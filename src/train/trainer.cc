@@ -310,6 +310,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   eo.seq = static_cast<int>(T);
   eo.param16_type = fp16 ? kernels::DType::kF16 : kernels::DType::kBf16;
   eo.moment_type = MomentType(c);
+  eo.stochastic_moments = c.zinf.optimizer_state_rounding == "stochastic";
+  eo.rounding_seed = c.zinf.seed;
   eo.params_on_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
   eo.optimizer_on_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   eo.pipeline_slabs = c.zinf.pipeline_depth + 1;

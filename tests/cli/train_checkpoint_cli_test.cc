@@ -132,7 +132,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "--offload nvme --precision fp16", "--offload cpu --precision fp16 --grad-accum 2",
                       "--offload nvme --grad-accum 2", "--offload nvme --overlap-adam",
                       "--offload cpu --overlap-adam", "--offload nvme --optimizer-state-dtype bf16",
-                      "--offload cpu --optimizer-state-dtype bf16"),
+                      "--offload cpu --optimizer-state-dtype bf16",
+                      "--offload nvme --optimizer-state-dtype bf16 --optimizer-state-rounding nearest"),
     [](const auto& info) {
       std::string n;
       for (char c : info.param) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

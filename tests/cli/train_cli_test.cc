@@ -312,7 +312,7 @@ TEST(TrainCliTest, PlacementsAgreeAndOnlyNvmeTouchesTheDisk) {
 }
 
 // zinf.optimizer_state_dtype bf16: every placement trains alike bit for bit (the moments are
-// rounded the same way in memory and on NVMe), the state is 8 bytes a parameter instead of 12,
+// rounded the same way in memory and on NVMe: stochastically, from the run's seed), the state is 8 bytes a parameter instead of 12,
 // the NVMe step moves fewer bytes, and the moments' rounding changes the losses (from step 3:
 // the first update uses the unrounded moments, the second sees their rounding first).
 TEST(TrainCliTest, Bf16MomentsAgreeAcrossPlacementsInTwoThirdsTheBytes) {
