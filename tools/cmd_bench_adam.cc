@@ -40,6 +40,7 @@ struct BenchAdamArgs {
   std::string grad = "fp32";
   std::string param16 = "none";
   std::string state = "fp32";
+  std::string state_rounding = "nearest";
   std::string iters = "7";
   std::string chunk = "32K";
   bool check_finite = false;
@@ -58,6 +59,7 @@ struct Config {
   bool has_param16 = false;
   DType param16 = DType::kBf16;
   DType state = DType::kF32;
+  bool stochastic_state = false;
   int iters = 7;
   size_t chunk = kernels::kDefaultChunkElems;
   bool stream_param16 = true;
@@ -115,6 +117,11 @@ Result<Config> ParseConfig(const BenchAdamArgs& a) {
   if (!kernels::ParseDType(a.state, &c.state) || c.state == DType::kF16) {
     return InvalidArgument("--state '" + a.state + "': expected fp32 or bf16");
   }
+  if (a.state_rounding != "nearest" && a.state_rounding != "stochastic") {
+    return InvalidArgument("--state-rounding '" + a.state_rounding +
+                           "': expected nearest or stochastic");
+  }
+  c.stochastic_state = a.state_rounding == "stochastic";
   Result<std::vector<uint64_t>> iters = ParseUintList(a.iters);
   if (!iters.ok() || iters->size() != 1 || (*iters)[0] < 1 || (*iters)[0] > 100000) {
     return InvalidArgument("--iters '" + a.iters + "': expected a count >= 1");
@@ -246,6 +253,8 @@ int RunSize(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant reso
   ab.exp_avg = exp_avg;
   ab.exp_avg_sq = exp_avg_sq;
   ab.state_type = c.state;
+  ab.stochastic_state = c.stochastic_state;
+  ab.state_seed = 1;
   ab.param16_out = param16;
   ab.param16_type = c.param16;
   ab.n = n;
@@ -322,6 +331,7 @@ int RunSize(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant reso
     j["threads"] = threads;
     j["grad"] = std::string(kernels::DTypeName(c.grad));
     j["state"] = std::string(kernels::DTypeName(c.state));
+    j["state_rounding"] = c.stochastic_state ? "stochastic" : "nearest";
     j["param16"] = p16_name;
     j["stream_param16"] = c.stream_param16;
     j["huge_pages"] = !a.no_huge_pages;
@@ -351,10 +361,12 @@ int RunSize(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant reso
     return 0;
   }
   fmt::print(
-      "zinf bench-adam: {} elements ({}), {} threads, variant {}, grad {}, state {}, "
+      "zinf bench-adam: {} elements ({}), {} threads, variant {}, grad {}, state {}{}, "
       "param16 {}{}{}; medians of {} iterations{}\n",
       n, FormatBytesShort(n), threads, variant_name, kernels::DTypeName(c.grad),
-      kernels::DTypeName(c.state), p16_name,
+      kernels::DTypeName(c.state),
+      c.state == DType::kBf16 ? (c.stochastic_state ? " (stochastic)" : " (nearest)") : "",
+      p16_name,
       c.has_param16 && c.stream_param16 ? " (streaming stores)" : "",
       a.check_finite ? ", check_finite on" : "", c.iters,
       calls > 1 ? fmt::format(" of {} calls each (times per call)", calls) : "");
@@ -423,6 +435,9 @@ void RegisterBenchAdam(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--grad", args->grad, "Gradient type: fp32, bf16 or fp16")->capture_default_str();
   cmd->add_option("--param16", args->param16, "16-bit copy of the new weights: none, bf16, fp16")
+      ->capture_default_str();
+  cmd->add_option("--state-rounding", args->state_rounding,
+                  "bf16 state: rounded to nearest or stochastically")
       ->capture_default_str();
   cmd->add_option("--state", args->state, "exp_avg / exp_avg_sq type: fp32 or bf16")
       ->capture_default_str();
