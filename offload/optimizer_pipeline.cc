@@ -119,6 +119,20 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     }
     const uint64_t mb = StateRoleBytes(kExpAvgState, u.n, options_.moment_type);
     auto out_ok = [](const Extent& e, uint64_t bytes) { return e.bytes == 0 || e.bytes == bytes; };
+    const int in_memory = (u.in_memory[0] != nullptr) + (u.in_memory[1] != nullptr) +
+                          (u.in_memory[2] != nullptr);
+    if (in_memory != 0) {
+      if (in_memory != kStateRoles || u.master.bytes != 0 || u.exp_avg.bytes != 0 ||
+          u.exp_avg_sq.bytes != 0 || u.master_out.bytes != 0 || u.exp_avg_out.bytes != 0 ||
+          u.exp_avg_sq_out.bytes != 0 || (u.param16.bytes != 0 && u.param16.bytes != 2 * u.n)) {
+        return InvalidArgument(fmt::format(
+            "optimizer unit {}: state in memory takes all three arrays (master, exp_avg, "
+            "exp_avg_sq; {} given) and no state extents, and a param16 extent of 2n or 0 bytes "
+            "for n = {}",
+            i, in_memory, u.n));
+      }
+      continue;
+    }
     if (u.master.bytes != 4 * u.n || u.exp_avg.bytes != mb || u.exp_avg_sq.bytes != mb ||
         (u.param16.bytes != 0 && u.param16.bytes != 2 * u.n) || !out_ok(u.master_out, 4 * u.n) ||
         !out_ok(u.exp_avg_out, mb) || !out_ok(u.exp_avg_sq_out, mb)) {
@@ -176,6 +190,7 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
   };
   submit_reads = [&](size_t unit) {
     const OptimizerUnit& u = units[unit];
+    if (u.in_memory[0] != nullptr) return;  // nothing to read: Adam works in place
     Layout l = LayoutFor(u.n);
     uint8_t* slab = slabs_[unit % depth].data;
     const std::pair<const Extent*, uint64_t> parts[3] = {
@@ -247,7 +262,8 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     }
     const std::pair<const Extent*, uint64_t> state_parts[kStateRoles] = {
         {&u.master, l.master}, {&u.exp_avg, l.exp_avg}, {&u.exp_avg_sq, l.exp_avg_sq}};
-    if (hashing != nullptr && !hashing->expected.empty()) {
+    const bool resident = u.in_memory[0] != nullptr;
+    if (hashing != nullptr && !hashing->expected.empty() && !resident) {
       // The state as read, before anything of the unit is written: a mismatch never trains on.
       auto h0 = Clock::now();
       for (int r = 0; r < kStateRoles && failure.ok(); ++r) {
@@ -265,11 +281,12 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       if (!failure.ok()) break;
     }
     kernels::AdamBuffers b;
-    b.param = reinterpret_cast<float*>(slab + l.master);
+    b.param = resident ? static_cast<float*>(u.in_memory[kMasterState])
+                       : reinterpret_cast<float*>(slab + l.master);
     b.grad = grad;
     b.grad_type = u.grad_type;
-    b.exp_avg = slab + l.exp_avg;
-    b.exp_avg_sq = slab + l.exp_avg_sq;
+    b.exp_avg = resident ? u.in_memory[kExpAvgState] : slab + l.exp_avg;
+    b.exp_avg_sq = resident ? u.in_memory[kExpAvgSqState] : slab + l.exp_avg_sq;
     b.state_type = options_.moment_type;
     b.stochastic_state = options_.stochastic_moments;
     b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, u.rounding_stream);
@@ -304,7 +321,7 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       failure = info.status().WithContext(fmt::format("optimizer unit {}", i));
       break;
     }
-    if (hashing != nullptr && hashing->compute) {
+    if (hashing != nullptr && hashing->compute && !resident) {
       auto h0 = Clock::now();
       for (int r = 0; r < kStateRoles; ++r) {
         hashing->written[i][r] =
@@ -338,6 +355,12 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
         break;
       }
       stats.bytes_written += len;
+    }
+    if (st.writes_left[i] == 0 && st.error.ok()) {
+      // Nothing to write (state in memory, no 16-bit copy home): the unit is done, and its
+      // slab serves the next unit at once.
+      if (on_unit_written != nullptr) (*on_unit_written)(i);
+      if (i + depth < count) submit_reads(i + depth);
     }
   }
   for (auto& l : grad_leases) {

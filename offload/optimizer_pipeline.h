@@ -62,6 +62,12 @@ struct OptimizerUnit {
   // extents stay untouched while the next step writes the other generation.
   Extent master_out, exp_avg_out, exp_avg_sq_out;
   Extent param16;                        // 2n bytes; bytes == 0: no 16-bit copy written home
+  // The state in host memory instead (zinf.budgets.host_bytes: a unit whose home is memory):
+  // master (fp32), exp_avg and exp_avg_sq (the moment type), all three or none. Adam updates
+  // them in place; nothing of them is read or written, so the unit costs the disk only its
+  // param16 write, and its slab holds only the 16-bit copy. The state extents above (and
+  // their outputs) must then be empty. StepHashing neither checks nor computes their hashes.
+  std::array<void*, kStateRoles> in_memory{};
   // Without a param16 extent: compute the 16-bit copy all the same, for on_unit_updated only
   // (ZeRO-1 gathers a unit's chunks before anything is written home).
   bool param16_to_caller = false;
@@ -97,7 +103,8 @@ struct StepHashing {
   // Each unit's state as read must have these hashes (DataLoss naming the unit, the role, the
   // extent and both hashes otherwise, before anything of that unit is written). Empty: no check.
   std::vector<StateHashes> expected;
-  // Fill `written` with the hashes of each unit's new state (computed before its writes).
+  // Fill `written` with the hashes of each unit's new state (computed before its writes; left
+  // zero for a unit whose state is in memory).
   bool compute = false;
   std::vector<StateHashes> written;
 };

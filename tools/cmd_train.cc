@@ -95,6 +95,7 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
   o.summary_path = a.summary;
   o.trace_path = a.trace;
   o.device = *kind;
+  o.placement = a.placement;
   o.h2d_gbps = a.h2d_gbps;
   o.profile = a.profile;
   o.stop = &g_stop;
@@ -131,6 +132,9 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
              FormatBytesHuman(s.nvme_write_bytes), FormatBytesHuman(s.peak_device_bytes),
              FormatBytesHuman(s.device_budget_bytes), FormatBytesHuman(s.peak_pinned_bytes),
              FormatBytesHuman(s.pinned_budget_bytes), FormatBytesHuman(s.peak_rss_bytes));
+  if (s.optimizer_state_memory_bytes > 0 && s.optimizer_state_nvme_bytes > 0) {
+    fmt::print("      optimizer state: {}\n", s.placement);
+  }
   if (s.world > 1) {
     fmt::print("      {} ranks over {}: {} sent and {} received per step and rank ({} sent "
                "for the gradients), {:.3f} s a step in the gradients' and weights' collectives\n",
@@ -235,6 +239,14 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", a->device, "auto, host or cuda")->capture_default_str();
   cmd->add_option("--device-budget", a->device_budget, "zinf.budgets.device_bytes, e.g. 512M, or auto");
   cmd->add_option("--pinned-budget", a->pinned_budget, "zinf.budgets.pinned_bytes, e.g. 4G, or auto (what the run wants, within what the machine allows)");
+  cmd->add_option("--host-budget", a->host_budget,
+                  "zinf.budgets.host_bytes, e.g. 12G: plain host memory for optimizer state "
+                  "(with --offload nvme, --placement auto keeps the units that fit there)");
+  cmd->add_option("--placement", a->placement,
+                  "Where each unit's optimizer state lives with --offload nvme: auto (the units "
+                  "that fit in zinf.budgets.host_bytes in memory, the rest on NVMe), nvme (all "
+                  "of it), or a JSON file {\"optimizer_state\": {\"block3\": \"memory\", ...}}")
+      ->capture_default_str();
   cmd->add_option("--h2d-gbps", a->h2d_gbps, "Host-emulated device: link GB/s (0 = memcpy)");
   cmd->add_option("--eval-every", a->eval_every, "Validation loss every N steps and at the end");
   cmd->add_option("--init", a->init,

@@ -96,6 +96,9 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
   if (set("--pinned-budget", {"zinf.budgets.pinned_bytes"})) {
     ZINF_RETURN_IF_ERROR(budget("--pinned-budget", a.pinned_budget, &c.zinf.budgets.pinned_bytes));
   }
+  if (set("--host-budget", {"zinf.budgets.host_bytes"})) {
+    ZINF_RETURN_IF_ERROR(budget("--host-budget", a.host_budget, &c.zinf.budgets.host_bytes));
+  }
   if (set("--offload", {"zero_optimization.offload_param.device",
                         "zero_optimization.offload_optimizer.device"})) {
     const OffloadDevice d = a.offload == "nvme"  ? OffloadDevice::kNvme

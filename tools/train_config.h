@@ -34,7 +34,7 @@ namespace zinf::tools {
 struct TrainArgs {
   std::string config, data, val_data, data_format = "auto", init, save, losses, summary, trace;
   std::string swap_dir, device = "auto";
-  std::string device_budget, pinned_budget, offload, precision, schedule, state_dtype, state_rounding;
+  std::string device_budget, pinned_budget, host_budget, placement = "auto", offload, precision, schedule, state_dtype, state_rounding;
   std::string checkpoint_dir, resume;
   bool strict = false, profile = false, overlap_adam = false, print_config = false;
   bool verify_state_reads = false;

@@ -230,9 +230,14 @@ Status Checkpointer::Save(LayerExecutor& ex, const TrainerState& st) {
                   {"eval_every", run.eval_every},
                   {"eval_batches", run.eval_batches}}},
                 {"param16", recorded.precision() == Precision::kFp16 ? "fp16" : "bf16"},
-                {"optimizer_state", options_.state_on_nvme ? "nvme" : "memory"},
+                {"optimizer_state", !options_.state_placement.empty()
+                                        ? options_.state_placement
+                                        : options_.state_on_nvme ? "nvme" : "memory"},
                 {"optimizer_state_dtype", recorded.zinf.optimizer_state_dtype},
                 {"state_generations", options_.state_generations}};
+  if (!options_.state_in_memory_units.empty() && options_.state_placement == "mixed") {
+    m.training["optimizer_state_in_memory"] = options_.state_in_memory_units;
+  }
   m.data = {{"train", DataJson(st)}};
   m.state = StateJson(st);
   executor_ = &ex;
@@ -342,7 +347,13 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
   fs::create_directories(dir, ec);
   if (ec) return InvalidArgument(fmt::format("checkpoint: cannot create {}: {}", job.dir, ec.message()));
   ckpt::Manifest m = job.manifest;
-  if (options_.state_on_nvme) {
+  // Units on NVMe are named where they lie in the swap file; units in memory go to state.bin.
+  bool any_nvme = false, any_memory = false;
+  for (const UnitState& u : units) (u.arrays[0] != nullptr ? any_memory : any_nvme) = true;
+  if (any_nvme) {
+    if (!options_.state_on_nvme) {
+      return Internal(fmt::format("checkpoint {}: state on NVMe but no swap files given", job.dir));
+    }
     const std::string& swap = options_.swap_files[0];
     uint64_t size = 0;  // of all members: shard offsets are logical
     for (const std::string& member : options_.swap_files) {
@@ -356,28 +367,31 @@ Status Checkpointer::Write(const Job& job, const std::vector<UnitState>& units, 
       file.stripe_bytes = options_.stripe_bytes;
     }
     m.files.push_back(file);
-    for (const UnitState& u : units) {
-      for (int r = 0; r < offload::kStateRoles; ++r) {
+  }
+  std::optional<AtomicFile> state_file;
+  if (any_memory) {
+    ZINF_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create((dir / kStateFileName).string()));
+    state_file.emplace(std::move(f));
+  }
+  for (const UnitState& u : units) {
+    for (int r = 0; r < offload::kStateRoles; ++r) {
+      const uint64_t bytes = offload::StateRoleBytes(r, u.n, u.moment_type);
+      if (u.arrays[r] == nullptr) {
         m.shards.push_back({offload::kStateRoleNames[r], u.unit, StateDtypeName(r, u.moment_type),
-                            {u.n}, swap, u.extents[r].offset,
-                            offload::StateRoleBytes(r, u.n, u.moment_type), u.hashes[r]});
+                            {u.n}, options_.swap_files[0], u.extents[r].offset, bytes,
+                            u.hashes[r]});
+        continue;
       }
+      const uint64_t offset = state_file->size();
+      ZINF_RETURN_IF_ERROR(state_file->Append(u.arrays[r], bytes));
+      m.shards.push_back({offload::kStateRoleNames[r], u.unit, StateDtypeName(r, u.moment_type),
+                          {u.n}, kStateFileName, offset, bytes, Xxh64(u.arrays[r], bytes)});
     }
-  } else {
-    const std::string path = (dir / kStateFileName).string();
-    ZINF_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create(path));
-    for (const UnitState& u : units) {
-      for (int r = 0; r < offload::kStateRoles; ++r) {
-        const uint64_t offset = f.size();
-        const uint64_t bytes = offload::StateRoleBytes(r, u.n, u.moment_type);
-        ZINF_RETURN_IF_ERROR(f.Append(u.arrays[r], bytes));
-        m.shards.push_back({offload::kStateRoleNames[r], u.unit, StateDtypeName(r, u.moment_type),
-                            {u.n}, kStateFileName, offset, bytes, Xxh64(u.arrays[r], bytes)});
-      }
-    }
-    *bytes = f.size();
-    m.files.push_back({kStateFileName, "data", f.size()});
-    ZINF_RETURN_IF_ERROR(f.Commit());
+  }
+  if (state_file) {
+    *bytes = state_file->size();
+    m.files.push_back({kStateFileName, "data", state_file->size()});
+    ZINF_RETURN_IF_ERROR(state_file->Commit());
   }
   ZINF_RETURN_IF_ERROR(ckpt::Commit(job.dir, m));
   if (options_.world > 1) {

@@ -99,7 +99,13 @@ struct CheckpointerOptions {
   // whose room the swap file reserves): Create refuses a root whose file system cannot hold
   // `keep` of them plus the one being written.
   uint64_t bytes_per_checkpoint = 0;
-  bool state_on_nvme = false;
+  bool state_on_nvme = false;  // any unit's optimizer state on NVMe
+  // Where the optimizer state lives, as the manifest records it (training.optimizer_state):
+  // "nvme", "memory", or "mixed" with the units in memory named (training.
+  // optimizer_state_in_memory). Units in memory go to the checkpoint's state.bin, units on NVMe
+  // are named in the swap file.
+  std::string state_placement;  // empty: "nvme" or "memory" by state_on_nvme
+  std::vector<std::string> state_in_memory_units;
   std::vector<std::string> swap_files;  // the run's, absolute (state_on_nvme), stripe order
   uint64_t stripe_bytes = 0;            // their stripe unit when there are several
   // The checkpoint the run resumed from, when it lies under root (it and older ones may stay).
@@ -192,8 +198,18 @@ Result<ckpt::Manifest> StatePartFor(const ckpt::Manifest& m, uint32_t rank, uint
 Status CheckResumeWorld(const ckpt::Manifest& m, uint32_t world);
 // The partition rule of a run's optimizer state (ckpt::kPartition*).
 std::string PartitionRuleOf(const Config& c);
+// Whether the run's placement of the optimizer state ("nvme", "memory", or "mixed" with the
+// units in memory) is the checkpoint's (FailedPrecondition naming both otherwise): checked
+// before the swap file is opened, whose layout follows the placement.
+Status CheckResumePlacement(const ckpt::Manifest& manifest, const std::string& state_placement,
+                            const std::vector<std::string>& state_in_memory_units);
+// `state_placement` / `state_in_memory_units`: the run's placement of the optimizer state, as
+// CheckpointerOptions records it (empty: "nvme" or "memory" from the config); a checkpoint of
+// another placement is refused (the swap file's layout follows the placement).
 Status CheckResumable(const ckpt::Manifest& manifest, const Config& config,
-                      const std::vector<std::string>& swap_files);
+                      const std::vector<std::string>& swap_files,
+                      const std::string& state_placement = "",
+                      const std::vector<std::string>& state_in_memory_units = {});
 Result<TrainerState> TrainerStateOf(const ckpt::Manifest& manifest);
 Status RestoreOptimizerState(LayerExecutor& executor, const ckpt::Manifest& manifest);
 // Every unit's master, exp_avg and exp_avg_sq shard (indexed by offload::StateRole), checked

@@ -155,8 +155,50 @@ Result<RecordedRun> RecordedRunOf(const ckpt::Manifest& m) {
   return r;
 }
 
+namespace {
+
+// What differs between the placement of the optimizer state in `m` and this run's (`place`:
+// "nvme", "memory" or "mixed" with the units in memory), if anything.
+std::optional<std::string> PlacementProblem(const ckpt::Manifest& m, const std::string& place,
+                                            const std::vector<std::string>& state_in_memory_units) {
+  const std::string place_then = m.training.value("optimizer_state", std::string("?"));
+  auto units_then = m.training.value("optimizer_state_in_memory", std::vector<std::string>());
+  if (place_then != place && (place == "mixed" || place_then == "mixed")) {
+    return fmt::format(
+        "--placement / zinf.budgets.host_bytes: the optimizer state is {} here ({}), {} in the "
+        "checkpoint ({}); resume with the placement the checkpoint was written with",
+        place, place == "mixed" ? fmt::format("in memory: {}", fmt::join(state_in_memory_units, ", "))
+                                : "every unit",
+        place_then, place_then == "mixed" ? fmt::format("in memory: {}", fmt::join(units_then, ", "))
+                                          : "every unit");
+  } else if (place_then != place) {
+    return fmt::format(
+        "zero_optimization.offload_optimizer.device: the optimizer state is in {} here, in {} "
+        "in the checkpoint", place, place_then);
+  } else if (place == "mixed" && units_then != state_in_memory_units) {
+    return fmt::format(
+        "--placement / zinf.budgets.host_bytes: the units whose optimizer state is in memory "
+        "are {} here, {} in the checkpoint; resume with the placement the checkpoint was "
+        "written with",
+        fmt::join(state_in_memory_units, ", "), fmt::join(units_then, ", "));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Status CheckResumePlacement(const ckpt::Manifest& m, const std::string& place,
+                            const std::vector<std::string>& state_in_memory_units) {
+  if (auto p = PlacementProblem(m, place, state_in_memory_units)) {
+    return FailedPrecondition(fmt::format("cannot resume from {}:\n  {}", ManifestPath(m), *p));
+  }
+  return Status::Ok();
+}
+
 Status CheckResumable(const ckpt::Manifest& m, const Config& c,
-                      const std::vector<std::string>& swap_files) {
+                      const std::vector<std::string>& swap_files,
+                      const std::string& state_placement,
+                      const std::vector<std::string>& state_in_memory_units) {
   const std::string where = ManifestPath(m);
   std::vector<std::string> problems;
   const json now = json::parse(c.ToJson().dump());
@@ -173,12 +215,8 @@ Status CheckResumable(const ckpt::Manifest& m, const Config& c,
                                    m.training.value("param16", std::string("?"))));
   }
   const bool nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
-  const std::string place = nvme ? "nvme" : "memory";
-  if (m.training.value("optimizer_state", std::string()) != place) {
-    problems.push_back(fmt::format(
-        "zero_optimization.offload_optimizer.device: the optimizer state is in {} here, in {} "
-        "in the checkpoint", place, m.training.value("optimizer_state", std::string("?"))));
-  }
+  const std::string place = !state_placement.empty() ? state_placement : nvme ? "nvme" : "memory";
+  if (auto p = PlacementProblem(m, place, state_in_memory_units)) problems.push_back(*p);
   // Checkpoints written before zinf.optimizer_state_dtype existed hold fp32 moments.
   const std::string moments_then = m.training.value("optimizer_state_dtype", std::string("fp32"));
   if (moments_then != c.zinf.optimizer_state_dtype) {

@@ -121,6 +121,28 @@ uint64_t LayerExecutor::GradShardBytes() const {
   return b;
 }
 
+bool LayerExecutor::AnyStateInMemory() const {
+  return std::find(in_memory_.begin(), in_memory_.end(), 1) != in_memory_.end();
+}
+
+uint64_t LayerExecutor::StateBytesInMemory() const {
+  uint64_t b = 0;
+  for (uint32_t u = 0; u < dims_.units(); ++u) {
+    if (StateOnNvme(u)) continue;
+    for (int r = 0; r < offload::kStateRoles; ++r) b += StateBytes(u, r);
+  }
+  return b;
+}
+
+uint64_t LayerExecutor::StateBytesOnNvme() const {
+  uint64_t b = 0;
+  for (uint32_t u = 0; u < dims_.units(); ++u) {
+    if (!StateOnNvme(u)) continue;
+    for (int r = 0; r < offload::kStateRoles; ++r) b += StateBytes(u, r);
+  }
+  return b;
+}
+
 uint64_t LayerExecutor::StateParams() const {
   uint64_t n = 0;
   for (uint32_t u = 0; u < dims_.units(); ++u) n += StateElems(u);
@@ -131,6 +153,16 @@ Status LayerExecutor::Setup() {
   partitioned_ = options_.partition_optimizer && ReducesGrads();
   partitioned_grads_ = partitioned_ && options_.partition_grads;
   partitioned_params_ = partitioned_grads_ && options_.partition_params;
+  in_memory_.assign(dims_.units(), 1);
+  if (options_.optimizer_on_nvme) {
+    if (options_.state_in_memory.size() > dims_.units()) {
+      return InvalidArgument(fmt::format("state_in_memory names {} units; the model has {}",
+                                         options_.state_in_memory.size(), dims_.units()));
+    }
+    for (uint32_t u = 0; u < dims_.units(); ++u) {
+      in_memory_[u] = u < options_.state_in_memory.size() && options_.state_in_memory[u] ? 1 : 0;
+    }
+  }
   if (partitioned_grads_) {
     // ZeRO-2: a hand-over's staged 16-bit gradient (padded to world chunks with zeros, so the
     // padding sums to zero) reduce-scattered into this rank's chunk of the sum, in fp32.
@@ -281,25 +313,25 @@ Status LayerExecutor::RegisterShards() {
     ou.grad_type = GradType();
     ou.rounding_stream = RoundingStream(u);
     offload::Extent p16_home;
-    if (options_.optimizer_on_nvme) {
+    const uint64_t mb = offload::StateRoleBytes(offload::kExpAvgState, sn, options_.moment_type);
+    if (StateOnNvme(u)) {
       offload::SwapSpace& sw = *rt_.swap;
-      const uint64_t mb = offload::StateRoleBytes(offload::kExpAvgState, sn, options_.moment_type);
       ZINF_ASSIGN_OR_RETURN(ou.master, sw.Allocate(4 * sn));
       ZINF_ASSIGN_OR_RETURN(ou.exp_avg, sw.Allocate(mb));
       ZINF_ASSIGN_OR_RETURN(ou.exp_avg_sq, sw.Allocate(mb));
-      ZINF_ASSIGN_OR_RETURN(p16_home, sw.Allocate(Param16Bytes(pn)));
-      // ZeRO-1: the pipeline updates a chunk and writes no 16-bit weights home (the gathered
-      // unit is, by GatherParam16).
-      if (!partitioned_) ou.param16 = p16_home;
+      master_.emplace_back();
+      exp_avg_.emplace_back();
+      exp_avg_sq_.emplace_back();
     } else {
       master_.emplace_back(sn);
-      const uint64_t mb = offload::StateRoleBytes(offload::kExpAvgState, sn, options_.moment_type);
       exp_avg_.emplace_back(mb);
       exp_avg_sq_.emplace_back(mb);
-      if (p16_nvme) {
-        ZINF_ASSIGN_OR_RETURN(p16_home, rt_.swap->Allocate(Param16Bytes(pn)));
-        ou.param16 = p16_home;
-      }
+    }
+    if (p16_nvme) {
+      ZINF_ASSIGN_OR_RETURN(p16_home, rt_.swap->Allocate(Param16Bytes(pn)));
+      // ZeRO-1 with the pipeline: it updates a chunk and writes no 16-bit weights home (the
+      // gathered unit is, by GatherParam16).
+      if (!(partitioned_ && options_.optimizer_on_nvme)) ou.param16 = p16_home;
     }
     offload::ShardSpec p{.name = dims_.UnitName(u) + ".param16", .unit = u,
                          .role = offload::Role::kParam16, .bytes = Param16Bytes(pn),
@@ -315,7 +347,15 @@ Status LayerExecutor::RegisterShards() {
     ou.grad_shard = gid;
     opt_units_.push_back(ou);
   }
-  if (!options_.optimizer_on_nvme) p16_staging_.resize(dims_.MaxUnitParams());
+  if (AnyStateInMemory()) p16_staging_.resize(dims_.MaxUnitParams());
+  // Units in memory ride the pipeline with their arrays (when there is one: NVMe state).
+  if (options_.optimizer_on_nvme) {
+    for (uint32_t u = 0; u < dims_.units(); ++u) {
+      if (!StateOnNvme(u)) {
+        opt_units_[u].in_memory = {master_[u].data(), exp_avg_[u].data(), exp_avg_sq_[u].data()};
+      }
+    }
+  }
   if (partitioned_) {
     uint64_t most = 0;
     for (uint32_t u = 0; u < dims_.units(); ++u) most = std::max(most, ChunkOf(u).per);
@@ -337,8 +377,8 @@ Status LayerExecutor::RegisterShards() {
   for (uint32_t g = 1; g < gens; ++g) {
     state_ext_.emplace_back();
     for (uint32_t u = 0; u < units; ++u) {
-      std::array<offload::Extent, offload::kStateRoles> ext;
-      for (int r = 0; r < offload::kStateRoles; ++r) {
+      std::array<offload::Extent, offload::kStateRoles> ext{};
+      for (int r = 0; r < offload::kStateRoles && StateOnNvme(u); ++r) {
         ZINF_ASSIGN_OR_RETURN(ext[r], rt_.swap->Allocate(StateBytes(u, r)));
       }
       state_ext_[g].push_back(ext);

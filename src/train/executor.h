@@ -21,7 +21,8 @@
 //   elementwise, so both give bit-identical results, and so does the whole step whatever the
 //   budgets: offload changes where bytes live, never the arithmetic.
 // Homes: param16 on NVMe when params_on_nvme or optimizer_on_nvme (the optimizer pipeline writes
-// them there), else in host memory; gradients (16-bit with one micro-batch a step, else fp32
+// them there), else in host memory; each unit's optimizer state on NVMe or in host memory
+// (ExecutorOptions::state_in_memory); gradients (16-bit with one micro-batch a step, else fp32
 // sums: ExecutorOptions::micro_batches) on NVMe whenever the runtime has a swap space.
 // Device memory (activations, widened weights, one unit's gradients) is a block of the runtime's
 // device arena taken at Create; the rest of the arena and of the pinned pool is then sealed into
@@ -76,6 +77,14 @@ struct ExecutorOptions {
   uint64_t rounding_seed = 0;
   bool params_on_nvme = false;
   bool optimizer_on_nvme = false;
+  // With optimizer_on_nvme: per unit, whether its optimizer state's home is plain host memory
+  // instead (zinf.budgets.host_bytes; the planner's placement). Such a unit rides the same
+  // pipeline (OptimizerUnit::in_memory): Adam updates its arrays in place, so it costs the disk
+  // only its 16-bit weights; everything else (the step's order, the 16-bit weights' NVMe home,
+  // checkpoints: its state goes to state.bin, the others' stay in the swap file) is as for the
+  // NVMe units, and training is bit for bit the same whatever the placement. Shorter than the
+  // units: the rest on NVMe.
+  std::vector<char> state_in_memory;
   unsigned pipeline_slabs = 3;  // OptimizerPipeline depth (zinf.pipeline_depth + 1)
   // Micro-batches per step (gradient_accumulation_steps). With 1 the gradient shards keep the
   // 16-bit gradients as they come (nothing is summed, so an fp32 copy would hold the same
@@ -285,6 +294,10 @@ class LayerExecutor {
   ExecutorStats stats() const { return stats_; }
   // The parameters whose optimizer state this rank holds (all of them but with ZeRO-1/2).
   uint64_t StateParams() const;
+  // The bytes of this rank's optimizer state in host memory (units in memory) and on NVMe
+  // (one generation).
+  uint64_t StateBytesInMemory() const;
+  uint64_t StateBytesOnNvme() const;
   // The bytes of this rank's 16-bit weight shards (the whole units', or with ZeRO-3 its
   // chunks').
   uint64_t Param16ShardBytes() const;
@@ -330,6 +343,11 @@ class LayerExecutor {
   Chunk ChunkOf(uint32_t unit) const;
   // The optimizer state's elements of a unit on this rank (its chunk, or the whole unit).
   uint64_t StateElems(uint32_t unit) const;
+  // Whether the unit's optimizer state lives on NVMe (else in host memory: master_ and the
+  // moments' arrays).
+  bool StateOnNvme(uint32_t unit) const { return in_memory_[unit] == 0; }
+  // Whether any unit's state lives in memory.
+  bool AnyStateInMemory() const;
   // The bytes of a role of a unit's state on this rank (offload::StateRoleBytes).
   uint64_t StateBytes(uint32_t unit, int role) const;
   // The unit's stream of stochastic rounding (OptimizerUnit::rounding_stream).
@@ -418,6 +436,8 @@ class LayerExecutor {
   std::vector<uint32_t> all_units_;
   std::vector<offload::OptimizerUnit> opt_step_units_;  // the running async step's
   offload::StepHashing opt_hashing_;                    // the running async step's
+  std::vector<char> in_memory_;  // per unit: its optimizer state lives in host memory
+  // Per unit, the state in memory (empty for a unit on NVMe).
   std::vector<std::vector<float>> master_;
   std::vector<std::vector<uint8_t>> exp_avg_, exp_avg_sq_;  // options_.moment_type
   std::vector<uint16_t> p16_staging_;  // host path: the new param16 of one unit

@@ -52,7 +52,7 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
   const float* mine = master + c.lo;
   NoteWeightsSet(unit, mine);  // before the slab (which master may be) is reused
   uint16_t* p16 = p16_staging_.data();
-  if (options_.optimizer_on_nvme) {
+  if (StateOnNvme(unit)) {
     // Everything goes through the pipeline's first slab (idle between steps): the 16-bit copy
     // in its param16 part, the master weights and the zero moments from its start.
     uint8_t* slab = BounceBuffer();
@@ -86,7 +86,7 @@ Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
   if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
   const uint64_t n = dims_.UnitParams(unit);
   if (!partitioned_) {
-    if (options_.optimizer_on_nvme) {
+    if (StateOnNvme(unit)) {
       return ReadNvme(StateExtent(unit, offload::kMasterState), master, 4 * n);
     }
     std::memcpy(master, master_[unit].data(), 4 * n);
@@ -96,7 +96,7 @@ Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
   const Chunk c = ChunkOf(unit);
   std::vector<float> all(c.per * static_cast<uint64_t>(options_.comm->world()));
   float* own = all.data() + c.lo;
-  if (options_.optimizer_on_nvme) {
+  if (StateOnNvme(unit)) {
     ZINF_RETURN_IF_ERROR(ReadNvme(StateExtent(unit, offload::kMasterState), own, 4 * c.len));
   } else {
     std::memcpy(own, master_[unit].data(), 4 * c.len);
@@ -111,11 +111,10 @@ Status LayerExecutor::InitWeights(uint64_t seed) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   // ZeRO-1 keeps a chunk of each unit in memory: the whole unit is generated in a scratch
   // buffer of one unit.
-  std::vector<float> scratch(partitioned_ && !options_.optimizer_on_nvme ? dims_.MaxUnitParams()
-                                                                         : 0);
+  std::vector<float> scratch(partitioned_ && AnyStateInMemory() ? dims_.MaxUnitParams() : 0);
   for (uint32_t u = 0; u < dims_.units(); ++u) {
     // Generated where SetUnitWeights reads it from: no buffer outside the budgets.
-    float* w = options_.optimizer_on_nvme ? reinterpret_cast<float*>(BounceBuffer())
+    float* w = StateOnNvme(u) ? reinterpret_cast<float*>(BounceBuffer())
                : partitioned_             ? scratch.data()
                                           : master_[u].data();
     InitUnit(dims_, u, seed, w);
@@ -129,6 +128,10 @@ Result<std::vector<offload::OptimizerUnit>> LayerExecutor::StepUnits(
   std::vector<offload::OptimizerUnit> out;
   for (uint32_t u : units) {
     offload::OptimizerUnit ou = opt_units_[u];
+    if (!StateOnNvme(u)) {  // its arrays, updated in place (OptimizerUnit::in_memory)
+      out.push_back(ou);
+      continue;
+    }
     const int cur = cur_gen_[u];
     // A checkpoint names the current generation: write one it does not.
     ZINF_ASSIGN_OR_RETURN(const int target, WriteGeneration(u));
@@ -152,7 +155,8 @@ void LayerExecutor::PrepareHashing(std::span<const uint32_t> units, offload::Ste
   h->compute = hash_next_step_ || options_.verify_state_reads;
   h->expected.clear();
   bool all_known = options_.verify_state_reads;
-  for (uint32_t u : units) all_known = all_known && hashes_known_[u];
+  // Units in memory are not read: the pipeline checks nothing of theirs.
+  for (uint32_t u : units) all_known = all_known && (hashes_known_[u] || !StateOnNvme(u));
   if (all_known) {
     for (uint32_t u : units) h->expected.push_back(hashes_[u]);
   }
@@ -162,6 +166,10 @@ void LayerExecutor::StepDone(std::span<const uint32_t> units, const offload::Ste
   for (size_t i = 0; i < units.size(); ++i) {
     const uint32_t u = units[i];
     cur_gen_[u] = next_gen_[u];
+    if (!StateOnNvme(u)) {
+      hashes_known_[u] = 0;  // state in memory is hashed when a checkpoint writes it
+      continue;
+    }
     if (h.compute) hashes_[u] = h.written[i];
     hashes_known_[u] = h.compute;
   }

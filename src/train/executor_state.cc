@@ -82,6 +82,7 @@ Status LayerExecutor::ProtectCheckpoint(uint64_t id, const std::vector<UnitState
     if (s.unit >= dims_.units()) {
       return InvalidArgument(fmt::format("protect checkpoint {}: unit {} out of range", id, s.unit));
     }
+    if (!StateOnNvme(s.unit)) continue;  // in memory here: no extents to keep
     int gen = -1;
     for (int g = 0; g < static_cast<int>(state_ext_.size()) && gen < 0; ++g) {
       bool same = true;
@@ -106,7 +107,7 @@ Status LayerExecutor::ProtectCheckpoint(uint64_t id, const std::vector<UnitState
 
 void LayerExecutor::NoteWeightsSet(uint32_t unit, const float* master) {
   const uint64_t n = StateElems(unit);  // master: the state's part of the unit
-  if (!options_.optimizer_on_nvme) {
+  if (!StateOnNvme(unit)) {
     hashes_known_[unit] = 0;  // memory is hashed when a checkpoint writes it
     return;
   }
@@ -140,44 +141,44 @@ Status LayerExecutor::SyncState() const {
 Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
   std::vector<UnitState> out;
   const uint32_t units = dims_.units();
-  if (options_.optimizer_on_nvme) {
-    if (state_ext_.size() < 2) {
-      return FailedPrecondition(
-          "a checkpoint of optimizer state on NVMe needs two generations of it "
-          "(ExecutorOptions::state_generations)");
-    }
+  bool any_nvme = false;
+  for (uint32_t u = 0; u < units; ++u) any_nvme = any_nvme || StateOnNvme(u);
+  if (any_nvme && state_ext_.size() < 2) {
+    return FailedPrecondition(
+        "a checkpoint of optimizer state on NVMe needs two generations of it "
+        "(ExecutorOptions::state_generations)");
+  }
+  if (any_nvme) {
     // Units whose state no step hashed (a step without HashNextOptimizerStep): read back.
     uint8_t* slab = BounceBuffer();
     for (uint32_t u = 0; u < units; ++u) {
-      if (hashes_known_[u]) continue;
+      if (hashes_known_[u] || !StateOnNvme(u)) continue;
       for (int r = 0; r < offload::kStateRoles; ++r) {
         ZINF_RETURN_IF_ERROR(ReadStateRole(u, r, slab));
         hashes_[u][r] = Xxh64(slab, StateBytes(u, r));
       }
       hashes_known_[u] = 1;
     }
-    {
-      std::lock_guard<std::mutex> lock(protect_mu_);
-      protections_[id].assign(cur_gen_.begin(), cur_gen_.end());
-    }
+    std::vector<int8_t> gens(units, -1);
     for (uint32_t u = 0; u < units; ++u) {
-      UnitState s;
-      s.unit = u;
-      s.n = StateElems(u);
-      s.moment_type = options_.moment_type;
-      s.extents = state_ext_[cur_gen_[u]][u];
-      s.hashes = hashes_[u];
-      out.push_back(s);
+      if (StateOnNvme(u)) gens[u] = static_cast<int8_t>(cur_gen_[u]);
     }
-    return out;
+    std::lock_guard<std::mutex> lock(protect_mu_);
+    protections_[id] = std::move(gens);
   }
   for (uint32_t u = 0; u < units; ++u) {
     UnitState s;
     s.unit = u;
     s.n = StateElems(u);
     s.moment_type = options_.moment_type;
-    s.arrays = {master_[u].data(), exp_avg_[u].data(), exp_avg_sq_[u].data()};
-    out.push_back(s);  // hashes: computed by whoever writes the arrays
+    if (StateOnNvme(u)) {
+      s.extents = state_ext_[cur_gen_[u]][u];
+      s.hashes = hashes_[u];
+    } else {
+      s.arrays = {master_[u].data(), exp_avg_[u].data(), exp_avg_sq_[u].data()};
+      // hashes: computed by whoever writes the arrays
+    }
+    out.push_back(s);
   }
   return out;
 }
@@ -212,10 +213,11 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
         u, dims_.UnitName(u), offload::kStateRoleNames[r], Xxh64Hex(got), Xxh64Hex(s.hashes[r]), where));
   };
   uint16_t* p16 = p16_staging_.data();
-  if (options_.optimizer_on_nvme) {
+  if (StateOnNvme(u)) {
     if (s.arrays[0] != nullptr) {
       return InvalidArgument(fmt::format(
-          "restore: unit {} comes as arrays but this run keeps the optimizer state on NVMe", u));
+          "restore: unit {} ({}) comes as arrays but this run keeps its optimizer state on NVMe",
+          u, dims_.UnitName(u)));
     }
     int gen = -1;
     for (int g = 0; g < static_cast<int>(state_ext_.size()) && gen < 0; ++g) {
@@ -262,9 +264,9 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
     for (int r = 0; r < offload::kStateRoles; ++r) {
       if (s.arrays[r] == nullptr) {
         return InvalidArgument(fmt::format(
-            "restore: unit {} names NVMe extents but this run keeps the optimizer state in "
-            "memory",
-            u));
+            "restore: unit {} ({}) names NVMe extents but this run keeps its optimizer state "
+            "in memory",
+            u, dims_.UnitName(u)));
       }
       const uint64_t got = Xxh64(s.arrays[r], StateBytes(u, r));
       if (got != s.hashes[r]) {

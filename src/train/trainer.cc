@@ -21,6 +21,7 @@
 #include "src/train/executor.h"
 #include "src/train/loss_scaler.h"
 #include "src/train/lr_schedule.h"
+#include "src/train/placement.h"
 #include "src/train/ranks.h"
 #include "src/train/weights_io.h"
 
@@ -47,15 +48,18 @@ kernels::DType MomentType(const Config& c) {
 // bf16 moments).
 uint64_t StateBytesPerParam(const Config& c) { return 4 + 2 * kernels::DTypeSize(MomentType(c)); }
 
-// Swap file capacity: every unit's fp32 master, moments and gradient and its 16-bit copy, each
-// extent rounded up to the stripe unit (SwapSpace aligns extents to it) plus an O_DIRECT block;
-// with checkpoints, a second generation of the master weights and moments.
-uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations) {
+// Swap file capacity: every unit's gradient and 16-bit copy and, for the units whose optimizer
+// state is on NVMe, its fp32 master and moments, each extent rounded up to the stripe unit
+// (SwapSpace aligns extents to it) plus an O_DIRECT block; with checkpoints, further
+// generations of those units' state.
+uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
+                   const std::vector<char>& state_in_memory) {
   const uint64_t slack = c.zinf.stripe_bytes + 4096;
   uint64_t total = 0;
   for (uint32_t u = 0; u < d.units(); ++u) {
-    total += (6 + StateBytesPerParam(c)) * d.UnitParams(u) + 5 * slack;
-    total += (generations - 1) * (StateBytesPerParam(c) * d.UnitParams(u) + 3 * slack);
+    total += 6 * d.UnitParams(u) + 2 * slack;
+    if (u < state_in_memory.size() && state_in_memory[u]) continue;
+    total += generations * (StateBytesPerParam(c) * d.UnitParams(u) + 3 * slack);
   }
   return total;
 }
@@ -120,6 +124,8 @@ Status ProtectKeptCheckpoints(LayerExecutor& ex, const ckpt::Manifest& resumed,
       UnitState st;
       st.unit = u;
       st.n = shards[u][0]->length / 4;  // the unit's, or this rank's chunk of it
+      const ckpt::FileEntry* f = m->FindFile(shards[u][0]->file);
+      if (f == nullptr || f->kind != "swap") continue;  // a unit in memory: in state.bin
       for (int r = 0; r < offload::kStateRoles; ++r) {
         st.extents[r] = {shards[u][r]->offset, shards[u][r]->length};
       }
@@ -204,6 +210,9 @@ std::string TrainSummary::ToJson() const {
     j["comm_seconds_per_step"] = comm_seconds;
   }
   j["optimizer_state_bytes"] = optimizer_state_bytes;
+  j["optimizer_state_memory_bytes"] = optimizer_state_memory_bytes;
+  j["optimizer_state_nvme_bytes"] = optimizer_state_nvme_bytes;
+  j["placement"] = placement;
   j["gradient_bytes"] = gradient_bytes;
   j["param16_bytes"] = param16_bytes;
   j["compute_seconds_per_step"] = compute_seconds;
@@ -351,8 +360,51 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                FormatBytesHuman(*rc.zinf.budgets.pinned_bytes), *rc.zinf.budgets.pinned_bytes,
                FormatBytesHuman(wanted), FormatBytesHuman(cap));
   }
+  // Each unit's optimizer state on NVMe or in memory (--placement, zinf.budgets.host_bytes; a
+  // resume keeps its checkpoint's).
+  std::optional<std::vector<std::string>> recorded_in_memory;
+  if (resume_from && resume_from->training.value("optimizer_state", std::string()) == "mixed") {
+    recorded_in_memory =
+        resume_from->training.value("optimizer_state_in_memory", std::vector<std::string>());
+  }
+  const uint32_t world32 = static_cast<uint32_t>(ranks.world());
+  const uint32_t rank32 = static_cast<uint32_t>(ranks.rank());
+  const bool chunked = eo.partition_optimizer;
+  const uint64_t pinned_budget = *rc.zinf.budgets.pinned_bytes;
+  const uint64_t mem_available = MemAvailableBytes();
   ZINF_ASSIGN_OR_RETURN(
-      auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c, eo.state_generations),
+      const StatePlacement placement,
+      PlaceOptimizerState(
+          dims, c, opt.placement, StateBytesPerParam(c),
+          [&](uint32_t u) {
+            const uint64_t n = dims.UnitParams(u);
+            return chunked ? ckpt::ChunkOfUnit(n, world32, rank32).len : n;
+          },
+          mem_available > pinned_budget ? mem_available - pinned_budget : 1,
+          recorded_in_memory ? &*recorded_in_memory : nullptr));
+  if (eo.optimizer_on_nvme) {
+    eo.state_in_memory = placement.in_memory;
+    Log().info("train: optimizer state placement {}: {}", placement.how, placement.Describe(dims));
+  }
+  std::vector<std::string> in_memory_names;
+  for (uint32_t u = 0; u < dims.units(); ++u) {
+    if (placement.in_memory[u]) in_memory_names.push_back(dims.UnitName(u));
+  }
+  const std::string state_placement =
+      !eo.optimizer_on_nvme                       ? "memory"
+      : placement.memory_bytes == 0               ? "nvme"
+      : in_memory_names.size() == dims.units()    ? "memory"
+                                                  : "mixed";
+  if (state_placement == "mixed" && !placement.in_memory.empty() && in_memory_names.empty()) {
+    return Internal("mixed placement without units in memory");
+  }
+  if (resume_from) {
+    ZINF_RETURN_IF_ERROR(CheckResumePlacement(
+        *resume_from, state_placement,
+        state_placement == "mixed" ? in_memory_names : std::vector<std::string>{}));
+  }
+  ZINF_ASSIGN_OR_RETURN(
+      auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c, eo.state_generations, eo.state_in_memory),
                                        .tracer = &tracer,
                                        .device_kind = opt.device,
                                        .h2d_gbps = opt.h2d_gbps,
@@ -367,7 +419,9 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
 
   auto t_init = Clock::now();
   if (resume_from) {
-    ZINF_RETURN_IF_ERROR(CheckResumable(*resume_from, c, ex->SwapFilePaths()));
+    ZINF_RETURN_IF_ERROR(CheckResumable(*resume_from, c, ex->SwapFilePaths(), state_placement,
+                                        state_placement == "mixed" ? in_memory_names
+                                                                   : std::vector<std::string>{}));
     ZINF_RETURN_IF_ERROR(RestoreOptimizerState(*ex, *resume_from));
     ZINF_RETURN_IF_ERROR(scaler.Restore(resumed.scaler));
     train_data.Seek(resumed.data_position);
@@ -403,12 +457,15 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                                 // state.bin (12 or 8 bytes a parameter) and
                                                 // room for its manifest
                                                 .bytes_per_checkpoint =
-                                                    eo.optimizer_on_nvme
-                                                        ? 0
-                                                        : StateBytesPerParam(c) *
-                                                                  dims.TotalParams() +
-                                                              (64 << 10),
-                                                .state_on_nvme = eo.optimizer_on_nvme,
+                                                    ex->StateBytesInMemory() > 0
+                                                        ? ex->StateBytesInMemory() + (64 << 10)
+                                                        : 0,
+                                                .state_on_nvme = ex->StateBytesOnNvme() > 0,
+                                                .state_placement = state_placement,
+                                                .state_in_memory_units =
+                                                    state_placement == "mixed"
+                                                        ? in_memory_names
+                                                        : std::vector<std::string>{},
                                                 .swap_files = ex->SwapFilePaths(),
                                                 .stripe_bytes = ex->SwapStripeBytes(),
                                                 .resumed_step = resumed_step,
@@ -421,7 +478,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                                 .part_timeout_seconds = static_cast<double>(
                                                     c.zinf.comm.timeout_seconds)}));
     // What Create left of the root's older checkpoints stays untouched until pruned.
-    if (resumed_step && eo.optimizer_on_nvme) {
+    if (resumed_step && ex->StateBytesOnNvme() > 0) {
       ZINF_RETURN_IF_ERROR(
           ProtectKeptCheckpoints(*ex, *resume_from, ex->SwapFilePaths(), ck.keep));
     }
@@ -672,6 +729,9 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   }
   sum.pinned_budget_bytes = rt->pool->budget_bytes();
   sum.optimizer_state_bytes = StateBytesPerParam(c) * ex->StateParams();
+  sum.optimizer_state_memory_bytes = ex->StateBytesInMemory();
+  sum.optimizer_state_nvme_bytes = ex->StateBytesOnNvme();
+  sum.placement = eo.optimizer_on_nvme ? placement.Describe(dims) : "every unit in memory";
   sum.gradient_bytes = ex->GradShardBytes();
   sum.param16_bytes = ex->Param16ShardBytes();
 

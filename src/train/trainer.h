@@ -54,6 +54,9 @@ struct TrainOptions {
   std::string summary_path;        // one JSON object (TrainSummary)
   std::string trace_path;          // Chrome trace (empty: the config's zinf.trace_file)
   DeviceKind device = DeviceKind::kAuto;
+  // Where each unit's optimizer state lives: "auto", "nvme" or a placement file
+  // (src/train/placement.h).
+  std::string placement = "auto";
   double h2d_gbps = 0;             // host-emulated device link (0 = memcpy speed)
   bool profile = false;  // measure the bounds (compute, NVMe, Adam, collectives) alone
   const std::atomic<bool>* stop = nullptr;
@@ -84,6 +87,9 @@ struct TrainSummary {
   uint64_t peak_device_bytes = 0, device_budget_bytes = 0;
   // This rank's fp32 master weights and Adam moments (12 bytes a parameter of its part).
   uint64_t optimizer_state_bytes = 0;
+  // ... of which in host memory and on NVMe (--placement), and the placement in words.
+  uint64_t optimizer_state_memory_bytes = 0, optimizer_state_nvme_bytes = 0;
+  std::string placement;
   // This rank's gradient shards (the accumulated gradients, in the host tier or spilled).
   uint64_t gradient_bytes = 0;
   // This rank's 16-bit weight shards (2 bytes a parameter; with ZeRO-3 its chunks, / world).

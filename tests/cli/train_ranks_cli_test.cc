@@ -193,7 +193,11 @@ TEST(TrainRanksCliTest, Zero1And2And3TrainAsOneRank) {
                {"z3nvme4_full_shard", 4, 3, " --offload nvme --clip 0", "FULL_SHARD"},
                {"z3hybrid_one_node", 2, 3, " --offload cpu --clip 0", "HYBRID_SHARD"},
                {"z2shard_grad_op", 2, 2, " --offload cpu --clip 0", "SHARD_GRAD_OP"},
-               {"z3fp16cpu2", 2, 3, " --offload cpu --clip 0 --precision fp16"}};
+               {"z3fp16cpu2", 2, 3, " --offload cpu --clip 0 --precision fp16"},
+               // Part of each rank's state in memory (--host-budget: final's and block1's
+               // chunks), the rest on NVMe.
+               {"z1mixed2", 2, 1, " --offload nvme --clip 0 --host-budget 80K"},
+               {"z3mixed2", 2, 3, " --offload nvme --clip 0 --host-budget 80K"}};
   // The tiny model: units embedding (V x C + T x C), 2 blocks (12 C^2 + 13 C), final (2 C).
   constexpr double kC = 32, kBlock = 12 * kC * kC + 13 * kC;
   for (const Case& c : cases) {

@@ -97,6 +97,18 @@ class OptimizerPipelineTest : public ::testing::TestWithParam<unsigned> {
     return std::vector<uint8_t>(buf->data(), buf->data() + e.bytes);
   }
 
+  // The reference: one in-memory Adam step (fp32 moments) of every unit of mem_.
+  void StepInMemory(const kernels::AdamHyper& h) {
+    for (auto& mu : mem_) {
+      kernels::AdamBuffers b{mu.master.data(), mu.grad.data(), DType::kF32, mu.m.data(),
+                             mu.v.data(), DType::kF32, mu.p16.data(), DType::kBf16,
+                             mu.master.size()};
+      kernels::AdamOptions ao;
+      ao.threads = 2;
+      ASSERT_TRUE(kernels::AdamStep(h, b, ao).ok());
+    }
+  }
+
   zinf::testing::TempDir dir_;
   std::unique_ptr<io::Engine> engine_;
   std::unique_ptr<SwapSpace> space_;
@@ -124,14 +136,7 @@ TEST_P(OptimizerPipelineTest, MatchesInMemoryAdamBitForBit) {
     ASSERT_TRUE(stats.ok()) << stats.status().ToString();
     EXPECT_EQ(stats->units, units_.size());
     EXPECT_GT(stats->bytes_read, 0u);
-    for (auto& mu : mem_) {
-      kernels::AdamBuffers b{mu.master.data(), mu.grad.data(), DType::kF32, mu.m.data(),
-                             mu.v.data(), DType::kF32, mu.p16.data(), DType::kBf16,
-                             mu.master.size()};
-      kernels::AdamOptions ao;
-      ao.threads = 2;
-      ASSERT_TRUE(kernels::AdamStep(h, b, ao).ok());
-    }
+    StepInMemory(h);
   }
   for (size_t k = 0; k < units_.size(); ++k) {
     const uint64_t n = units_[k].n;
@@ -208,6 +213,87 @@ TEST_P(OptimizerPipelineTest, Bf16MomentsMatchInMemoryAdamBitForBit) {
     EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].exp_avg).data(), m16[k].data(), 2 * n));
     EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].exp_avg_sq).data(), v16[k].data(), 2 * n));
     EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].param16).data(), mem_[k].p16.data(), 2 * n));
+  }
+}
+
+// Units whose state is in memory (OptimizerUnit::in_memory) ride the same pipeline beside NVMe
+// ones: Adam updates their arrays in place, nothing of their state is read or written, and
+// every unit ends bit for bit where in-memory Adam puts it. Units without a param16 extent
+// (nothing at all to write) still free their slab for the unit after them: no hang at any
+// depth.
+TEST_P(OptimizerPipelineTest, UnitsInMemoryRideBesideNvmeOnesBitForBit) {
+  auto e = io::Engine::Create({.block_size = 128 << 10, .queue_depth = 8});
+  ASSERT_TRUE(e.ok());
+  Build(std::move(e).value());
+  // Units 0, 2, 3 and 5 in memory (copies of the initial state); 1 and 4 stay on NVMe.
+  const std::vector<bool> resident = {true, false, true, true, false, true};
+  std::vector<MemUnit> home(units_.size());
+  uint64_t nvme_state_bytes = 0;
+  for (size_t k = 0; k < units_.size(); ++k) {
+    if (!resident[k]) {
+      nvme_state_bytes += 3 * space_->Padded(4 * units_[k].n);
+      continue;
+    }
+    home[k] = mem_[k];
+    units_[k].in_memory = {home[k].master.data(), home[k].m.data(), home[k].v.data()};
+    units_[k].master = units_[k].exp_avg = units_[k].exp_avg_sq = Extent{};
+  }
+  // Unit 3 writes nothing at all: its 16-bit copy goes to the caller only.
+  units_[3].param16 = Extent{};
+  units_[3].param16_to_caller = true;
+  OptimizerPipelineOptions o;
+  o.depth = GetParam();
+  o.adam.threads = 2;
+  auto pipe = OptimizerPipeline::Create(*space_, *pool_, 200000, o);
+  ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
+  {  // Half a unit in memory is refused.
+    std::vector<OptimizerUnit> wrong = {units_[0]};
+    wrong[0].in_memory[2] = nullptr;
+    auto r = (*pipe)->Step(wrong, kernels::AdamHyper{});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("all three arrays"), std::string::npos)
+        << r.status().ToString();
+  }
+  kernels::AdamHyper h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.1f;
+  h.adamw = true;
+  std::vector<uint16_t> unit3_p16(units_[3].n);
+  for (int step = 1; step <= 3; ++step) {
+    h.step = step;
+    std::mutex mu;
+    std::vector<int> written(units_.size(), 0);
+    std::function<void(size_t)> on_written = [&](size_t u) {
+      std::lock_guard lock(mu);
+      ++written[u];
+    };
+    OptimizerPipeline::UpdatedFn on_updated = [&](size_t u, const void* p16) {
+      if (u == 3) std::memcpy(unit3_p16.data(), p16, 2 * units_[3].n);
+    };
+    auto stats = (*pipe)->Step(units_, h, &on_written, &on_updated);
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_EQ(stats->bytes_read, nvme_state_bytes);
+    EXPECT_EQ(written, std::vector<int>(units_.size(), 1));
+    StepInMemory(h);
+  }
+  for (size_t k = 0; k < units_.size(); ++k) {
+    const uint64_t n = units_[k].n;
+    if (resident[k]) {
+      EXPECT_EQ(home[k].master, mem_[k].master) << "unit " << k;
+      EXPECT_EQ(0, std::memcmp(home[k].m.data(), mem_[k].m.data(), 4 * n)) << "unit " << k;
+      EXPECT_EQ(0, std::memcmp(home[k].v.data(), mem_[k].v.data(), 4 * n)) << "unit " << k;
+    } else {
+      EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].master).data(), mem_[k].master.data(), 4 * n))
+          << "unit " << k;
+      EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].exp_avg).data(), mem_[k].m.data(), 4 * n));
+      EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].exp_avg_sq).data(), mem_[k].v.data(), 4 * n));
+    }
+    if (k == 3) {
+      EXPECT_EQ(unit3_p16, mem_[k].p16);
+    } else {
+      EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].param16).data(), mem_[k].p16.data(), 2 * n))
+          << "unit " << k;
+    }
   }
 }
 
