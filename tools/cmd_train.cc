@@ -135,6 +135,13 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
   if (s.optimizer_state_memory_bytes > 0 && s.optimizer_state_nvme_bytes > 0) {
     fmt::print("      optimizer state: {}\n", s.placement);
   }
+  if (s.plan_nvme_read_bytes_per_step > 0 || s.plan_nvme_write_bytes_per_step > 0) {
+    fmt::print("      NVMe a step (median): read {} written {}; zinf plan predicted {} and {}\n",
+               FormatBytesHuman(static_cast<uint64_t>(s.nvme_read_bytes_step_median)),
+               FormatBytesHuman(static_cast<uint64_t>(s.nvme_write_bytes_step_median)),
+               FormatBytesHuman(static_cast<uint64_t>(s.plan_nvme_read_bytes_per_step)),
+               FormatBytesHuman(static_cast<uint64_t>(s.plan_nvme_write_bytes_per_step)));
+  }
   if (s.world > 1) {
     fmt::print("      {} ranks over {}: {} sent and {} received per step and rank ({} sent "
                "for the gradients), {:.3f} s a step in the gradients' and weights' collectives\n",
@@ -178,11 +185,7 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
 
 }  // namespace
 
-void RegisterTrain(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<TrainArgs>();
-  auto* cmd = app.add_subcommand(
-      "train", "Train a GPT-2 model with its state paged among device, pinned host memory and "
-               "NVMe (defaults: a small model on NVMe under build/, about a minute)");
+void AddTrainFlags(CLI::App* cmd, TrainArgs* a) {
   cmd->add_option("--config", a->config,
                   "JSON config (DeepSpeed keys + zinf block): its keys replace the default job's, "
                   "flags replace both")
@@ -301,6 +304,14 @@ void RegisterTrain(CLI::App& app, int& exit_code) {
                 "JSON, each value with where it came from, and exit without training");
   cmd->add_flag("--profile", a->profile,
                 "Also measure compute, NVMe I/O and Adam alone and print the step over the largest");
+}
+
+void RegisterTrain(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<TrainArgs>();
+  auto* cmd = app.add_subcommand(
+      "train", "Train a GPT-2 model with its state paged among device, pinned host memory and "
+               "NVMe (defaults: a small model on NVMe under build/, about a minute)");
+  AddTrainFlags(cmd, a.get());
   cmd->callback([a, cmd, &exit_code] { exit_code = RunTrain(*cmd, *a); });
 }
 

@@ -21,5 +21,6 @@ void RegisterTrain(CLI::App& app, int& exit_code);
 void RegisterCkpt(CLI::App& app, int& exit_code);
 void RegisterLaunch(CLI::App& app, int& exit_code);
 void RegisterBenchComm(CLI::App& app, int& exit_code);
+void RegisterPlan(CLI::App& app, int& exit_code);
 
 }  // namespace zinf::tools

@@ -59,6 +59,9 @@ struct TrainRunConfig {
 
 Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& args);
 
+// Adds `zinf train`'s flags to `cmd` (zinf plan takes the same ones), filling `a`.
+void AddTrainFlags(CLI::App* cmd, TrainArgs* a);
+
 // Creates the swap directories the config names (NVMe offload only).
 Status PrepareSwapDirs(const Config& config);
 

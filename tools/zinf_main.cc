@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   zinf::tools::RegisterCkpt(app, exit_code);
   zinf::tools::RegisterLaunch(app, exit_code);
   zinf::tools::RegisterBenchComm(app, exit_code);
+  zinf::tools::RegisterPlan(app, exit_code);
 
   try {
     app.parse(argc, argv);

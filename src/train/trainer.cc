@@ -22,6 +22,7 @@
 #include "src/train/loss_scaler.h"
 #include "src/train/lr_schedule.h"
 #include "src/train/placement.h"
+#include "src/train/planner.h"
 #include "src/train/ranks.h"
 #include "src/train/weights_io.h"
 
@@ -211,6 +212,12 @@ std::string TrainSummary::ToJson() const {
   }
   j["optimizer_state_bytes"] = optimizer_state_bytes;
   j["optimizer_state_memory_bytes"] = optimizer_state_memory_bytes;
+  j["nvme_read_bytes_step_median"] = nvme_read_bytes_step_median;
+  j["nvme_write_bytes_step_median"] = nvme_write_bytes_step_median;
+  if (plan_nvme_read_bytes_per_step > 0 || plan_nvme_write_bytes_per_step > 0) {
+    j["plan_nvme_read_bytes_per_step"] = plan_nvme_read_bytes_per_step;
+    j["plan_nvme_write_bytes_per_step"] = plan_nvme_write_bytes_per_step;
+  }
   j["optimizer_state_nvme_bytes"] = optimizer_state_nvme_bytes;
   j["placement"] = placement;
   j["gradient_bytes"] = gradient_bytes;
@@ -504,6 +511,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.io_engine = rt->engine ? std::string(rt->engine->name()) : "none";
   std::vector<int32_t> x(uint64_t{B} * T), y(uint64_t{B} * T);
   std::vector<double> step_times;
+  std::vector<double> step_reads, step_writes;  // NVMe bytes of each step
   // Steps a checkpoint's commit overlapped (the one after each Save) and the others.
   std::vector<double> commit_step_times, other_step_times;
   bool committing = false;
@@ -614,6 +622,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
                                            before.grad_d2h_bytes);
     const uint64_t dev_ev = ts.device_evictions - prev.device_evictions;
     const uint64_t host_ev = ts.host_evictions - prev.host_evictions;
+    step_reads.push_back(rd);
+    step_writes.push_back(wr);
     prev = ts;
     prev_opt_rd = opt_rd;
     prev_opt_wr = opt_wr;
@@ -703,6 +713,22 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   const offload::TierStats ts = rt->tiers->stats();
   const ExecutorStats es_total = ex->stats();
   sum.step_seconds_median = Median(step_times);
+  sum.nvme_read_bytes_step_median = Median(step_reads);
+  sum.nvme_write_bytes_step_median = Median(step_writes);
+  if (UsesNvme(c) && world == 1) {
+    // What zinf plan predicts of this run's NVMe bytes a step, beside what it moved.
+    PlanInputs pin;
+    pin.dims = dims;
+    pin.batch = static_cast<int>(B);
+    pin.seq = static_cast<int>(T);
+    pin.micro_batches = static_cast<uint32_t>(gas);
+    pin.pinned_budget = rt->pool->budget_bytes();
+    pin.state_generations = eo.state_generations;
+    pin.align = rt->swap != nullptr ? rt->swap->offset_align() : 4096;
+    const Plan plan = PlanRun(c, pin, placement, {});
+    sum.plan_nvme_read_bytes_per_step = plan.nvme_read_per_step;
+    sum.plan_nvme_write_bytes_per_step = plan.nvme_write_per_step;
+  }
   sum.tokens_per_s = time_total > 0 ? static_cast<double>(sum.tokens_per_step * sum.steps) / time_total : 0;
   sum.stall_fraction = time_total > 0 ? stall_total / time_total : 0;
   sum.nvme_read_bytes = ts.nvme_read_bytes + es_total.optimizer_bytes_read;

@@ -74,6 +74,10 @@ struct TrainSummary {
   double first_loss = 0, final_loss = 0, val_loss = -1;
   double tokens_per_s = 0, step_seconds_median = 0, stall_fraction = 0;
   uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+  // The median step's NVMe bytes, and what zinf plan's arithmetic predicts of them (one rank
+  // with NVMe; 0 otherwise).
+  double nvme_read_bytes_step_median = 0, nvme_write_bytes_step_median = 0;
+  double plan_nvme_read_bytes_per_step = 0, plan_nvme_write_bytes_per_step = 0;
   // Tier manager: acquires that found their copy in place / had to fetch it; the optimizer's
   // new 16-bit weights put straight into the host tier (not read back from NVMe).
   uint64_t prefetch_hits = 0, prefetch_misses = 0, param16_installs = 0;

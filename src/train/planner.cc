@@ -1,0 +1,198 @@
+#include "src/train/planner.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "offload/optimizer_pipeline.h"
+#include "src/base/units.h"
+
+namespace zinf::train {
+
+namespace {
+
+kernels::DType Moments(const Config& c) {
+  return c.zinf.optimizer_state_dtype == "bf16" ? kernels::DType::kBf16 : kernels::DType::kF32;
+}
+
+}  // namespace
+
+Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placement,
+             const PlanRates& rates) {
+  Plan p;
+  const GptDims& d = in.dims;
+  p.params = d.TotalParams();
+  p.state_params = p.params;
+  p.placement = placement;
+  const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  const bool params_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
+  const bool swap = state_nvme || params_nvme;
+  const kernels::DType moments = Moments(c);
+  const uint64_t per_param = 4 + 2 * kernels::DTypeSize(moments);
+  const uint64_t max_n = d.MaxUnitParams();
+  const uint64_t grad_elem = in.micro_batches == 1 ? 2 : 4;
+  auto page = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
+  PlanBytes& b = p.bytes;
+  b.device_budget = in.device_budget;
+  b.device_weights = 2 * max_n;
+  b.pinned_budget = in.pinned_budget;
+  const unsigned slabs = c.zinf.pipeline_depth + 1;
+  b.pinned_slabs =
+      state_nvme ? slabs * page(offload::OptimizerPipeline::SlabBytes(max_n, in.align, moments))
+                 : 0;
+  b.pinned_staging = grad_elem == 4 ? 2 * page(2 * max_n) : 0;
+  // One copy in transfer per size (the largest unit's 16-bit weights and gradient) is not cache.
+  const uint64_t spare = page(2 * max_n) + page(grad_elem * max_n);
+  const uint64_t fixed = b.pinned_slabs + b.pinned_staging + spare;
+  b.pinned_cache = b.pinned_budget > fixed ? b.pinned_budget - fixed : 0;
+  b.host_state = placement.memory_bytes;
+  b.nvme_state = state_nvme ? placement.nvme_bytes : 0;
+  b.nvme_state_all = b.nvme_state * in.state_generations;
+  const uint64_t p16_bytes = 2 * p.params, grad_bytes = grad_elem * p.params;
+  b.nvme_param16 = swap ? p16_bytes : 0;
+  b.nvme_grads = swap ? grad_bytes : 0;
+  b.cache_wanted = p16_bytes + grad_bytes;
+  // The swap file as zinf train sizes it (SwapBytes): extents padded to the stripe and a block.
+  const uint64_t slack = c.zinf.stripe_bytes + 4096;
+  if (swap) {
+    for (uint32_t u = 0; u < d.units(); ++u) {
+      b.swap_file += 6 * d.UnitParams(u) + 2 * slack;
+      if (placement.in_memory[u]) continue;
+      b.swap_file += in.state_generations * (per_param * d.UnitParams(u) + 3 * slack);
+    }
+  }
+
+  // NVMe bytes per step.
+  if (swap) {
+    const double shortfall =
+        static_cast<double>(b.cache_wanted > b.pinned_cache ? b.cache_wanted - b.pinned_cache : 0);
+    const double state = static_cast<double>(b.nvme_state);
+    // The 16-bit weights are evicted clean (their home is current); what the cache lacks beyond
+    // them is gradients, written dirty before they are read back.
+    const double dirty = std::max(0.0, shortfall - static_cast<double>(p16_bytes));
+    p.nvme_read_per_step = state + shortfall;
+    p.nvme_write_per_step = state + (state_nvme ? static_cast<double>(p16_bytes) : 0) + dirty;
+  }
+  if (rates.read_gbps > 0 && rates.write_gbps > 0) {
+    p.nvme_seconds = p.nvme_read_per_step / (rates.read_gbps * 1e9) +
+                     p.nvme_write_per_step / (rates.write_gbps * 1e9);
+  }
+  p.adam_seconds = rates.adam_ns_per_param * 1e-9 * static_cast<double>(p.state_params);
+  p.compute_seconds = rates.compute_seconds;
+  const double cpu = rates.compute_on_host ? p.compute_seconds + p.adam_seconds
+                                           : std::max(p.compute_seconds, p.adam_seconds);
+  p.step_seconds = std::max(cpu, p.nvme_seconds);
+  if (p.nvme_seconds >= cpu) {
+    p.bound = "NVMe";
+  } else if (rates.compute_on_host) {
+    p.bound = p.adam_seconds > p.compute_seconds ? "Adam (with compute on the same cores)"
+                                                 : "compute (with Adam on the same cores)";
+  } else {
+    p.bound = p.adam_seconds > p.compute_seconds ? "Adam" : "compute";
+  }
+
+  // Does it fit?
+  if (swap && in.swap_free_bytes > 0 && b.swap_file > in.swap_free_bytes) {
+    p.fits = false;
+    p.problems.push_back(fmt::format(
+        "the swap file needs {} ({} bytes) but its file system has {} ({} bytes) free",
+        FormatBytesHuman(b.swap_file), b.swap_file, FormatBytesHuman(in.swap_free_bytes),
+        in.swap_free_bytes));
+    if (moments == kernels::DType::kF32 && state_nvme) {
+      const uint64_t saved = b.nvme_state_all / 3;  // 12 -> 8 bytes a parameter
+      p.suggestions.push_back(fmt::format(
+          "16-bit moments (--optimizer-state-dtype bf16) save {} of swap file{}",
+          FormatBytesHuman(saved), b.swap_file - saved <= in.swap_free_bytes ? ": it then fits" : ""));
+    }
+    const uint64_t lack = b.swap_file - in.swap_free_bytes;
+    if (state_nvme) {
+      p.suggestions.push_back(fmt::format(
+          "a host budget (--host-budget) of {} more keeps that much optimizer state in memory "
+          "instead (one generation of it; checkpoints keep {})",
+          FormatBytesHuman(lack / std::max<uint32_t>(1, in.state_generations) + 1),
+          in.state_generations));
+    }
+    p.suggestions.push_back(fmt::format(
+        "a second drive with {} free (zinf.stripe_paths) stripes the swap file over both",
+        FormatBytesHuman(lack)));
+  }
+  const std::optional<uint64_t>& host = c.zinf.budgets.host_bytes;
+  if (host && b.host_state > *host) {
+    p.fits = false;
+    p.problems.push_back(fmt::format("{} of optimizer state in memory exceeds "
+                                     "zinf.budgets.host_bytes {}",
+                                     FormatBytesHuman(b.host_state), FormatBytesHuman(*host)));
+  }
+  return p;
+}
+
+nlohmann::json Plan::ToJson() const {
+  nlohmann::json j;
+  j["params"] = params;
+  j["placement"] = {{"how", placement.how},
+                    {"memory_bytes", placement.memory_bytes},
+                    {"nvme_bytes", placement.nvme_bytes},
+                    {"in_memory", placement.in_memory}};
+  j["bytes"] = {{"device", {{"budget", bytes.device_budget}, {"weights", bytes.device_weights}}},
+                {"pinned",
+                 {{"budget", bytes.pinned_budget},
+                  {"optimizer_slabs", bytes.pinned_slabs},
+                  {"gradient_staging", bytes.pinned_staging},
+                  {"cache", bytes.pinned_cache},
+                  {"cache_wanted", bytes.cache_wanted}}},
+                {"host", {{"optimizer_state", bytes.host_state}}},
+                {"nvme",
+                 {{"optimizer_state", bytes.nvme_state},
+                  {"optimizer_state_all_generations", bytes.nvme_state_all},
+                  {"param16", bytes.nvme_param16},
+                  {"gradients", bytes.nvme_grads},
+                  {"swap_file", bytes.swap_file}}}};
+  j["nvme_read_bytes_per_step"] = nvme_read_per_step;
+  j["nvme_write_bytes_per_step"] = nvme_write_per_step;
+  j["seconds"] = {{"nvme", nvme_seconds},
+                  {"adam", adam_seconds},
+                  {"compute", compute_seconds},
+                  {"step", step_seconds}};
+  j["bound"] = bound;
+  j["fits"] = fits;
+  j["problems"] = problems;
+  j["suggestions"] = suggestions;
+  return j;
+}
+
+std::string FormatPlan(const Plan& p, const GptDims& d) {
+  const PlanBytes& b = p.bytes;
+  auto h = [](uint64_t v) { return FormatBytesHuman(v); };
+  std::string s;
+  s += fmt::format("model: {} parameters ({} units)\n", p.params, d.units());
+  s += fmt::format("optimizer state: {}\n", p.placement.Describe(d));
+  s += fmt::format("device : budget {}; 16-bit weights of the unit in use {}\n",
+                   h(b.device_budget), h(b.device_weights));
+  s += fmt::format("pinned : budget {}; optimizer slabs {}, gradient staging {}, cache {} for {} "
+                   "of 16-bit weights and gradients\n",
+                   h(b.pinned_budget), h(b.pinned_slabs), h(b.pinned_staging), h(b.pinned_cache),
+                   h(b.cache_wanted));
+  s += fmt::format("host   : optimizer state {}\n", h(b.host_state));
+  s += fmt::format("nvme   : optimizer state {} (x{} generations: {}), 16-bit weights {}, "
+                   "gradients {}; swap file {}\n",
+                   h(b.nvme_state), b.nvme_state > 0 && b.nvme_state_all > b.nvme_state
+                                        ? b.nvme_state_all / std::max<uint64_t>(1, b.nvme_state)
+                                        : 1,
+                   h(b.nvme_state_all), h(b.nvme_param16), h(b.nvme_grads), h(b.swap_file));
+  s += fmt::format("per step: NVMe read {}, written {} ({:.2f} / {:.2f} bytes a parameter)\n",
+                   h(static_cast<uint64_t>(p.nvme_read_per_step)),
+                   h(static_cast<uint64_t>(p.nvme_write_per_step)),
+                   p.nvme_read_per_step / static_cast<double>(p.params),
+                   p.nvme_write_per_step / static_cast<double>(p.params));
+  s += fmt::format("time   : step {:.2f} s, bound by {} (NVMe {:.2f} s, Adam {:.2f} s, compute "
+                   "{:.2f} s)\n",
+                   p.step_seconds, p.bound, p.nvme_seconds, p.adam_seconds, p.compute_seconds);
+  if (!p.fits) {
+    s += "does not fit:\n";
+    for (const auto& x : p.problems) s += "  " + x + "\n";
+    for (const auto& x : p.suggestions) s += "  would fit with: " + x + "\n";
+  }
+  return s;
+}
+
+}  // namespace zinf::train

@@ -1,0 +1,92 @@
+// src/train/planner.h — `zinf plan`: what a run of this config will hold in each tier, the NVMe
+// bytes it moves per step, and the step time that follows from the machine's rates.
+//
+// Contract. PlanRun is arithmetic over the model, the config and the placement (no I/O):
+// - bytes per tier and role: device (the one unit's 16-bit weights in use, the rest of the
+//   budget for activations), pinned (the optimizer pipeline's slabs and gradient staging; the
+//   rest caches 16-bit weights and gradients), host memory (optimizer state placed there),
+//   NVMe (the optimizer state placed there, times its generations; the 16-bit weights' and
+//   gradients' homes);
+// - NVMe bytes per step: the state on NVMe read and written once; the new 16-bit weights
+//   written home; and what the pinned cache cannot hold of the 16-bit weights and gradients,
+//   read back (the shortfall), the part of it that is gradients also written (dirty);
+// - time per step, each part alone: NVMe = read / read rate + write / write rate (one disk
+//   serves both), Adam = state parameters x ns a parameter, compute as measured; the step is
+//   the largest of NVMe and the CPU's work, which is compute + Adam when the device is the
+//   host-emulated one (both run on the CPU cores) and the larger of the two on a GPU. The bound
+//   is the part that sets it.
+// - fits: the swap file against the free space of its file system and the state in memory
+//   against zinf.budgets.host_bytes; when it does not fit, what would: 16-bit moments, a bigger
+//   host budget, a second drive (its size).
+// The model is a first-order one: it ignores the first step (cold) and the prefetcher's
+// timing; its error against measured steps is reported in the README.
+//
+// Thread-safety: plain functions over values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "src/config/config.h"
+#include "src/train/gpt.h"
+#include "src/train/placement.h"
+
+namespace zinf::train {
+
+struct PlanRates {
+  double read_gbps = 0, write_gbps = 0;  // the swap directories together, 10^9 B/s
+  double adam_ns_per_param = 0;          // CPU Adam over state in memory (the moment type)
+  double compute_seconds = 0;            // forward + backward of a step (all micro-batches)
+  bool compute_on_host = true;           // the host-emulated device: compute shares the CPU
+  std::string source;                    // where the rates came from, in words
+};
+
+struct PlanBytes {
+  // Device
+  uint64_t device_budget = 0, device_weights = 0;
+  // Pinned
+  uint64_t pinned_budget = 0, pinned_slabs = 0, pinned_staging = 0, pinned_cache = 0;
+  // Host memory (plain) and NVMe, by role
+  uint64_t host_state = 0;
+  uint64_t nvme_state = 0;       // one generation
+  uint64_t nvme_state_all = 0;   // every generation (checkpoints)
+  uint64_t nvme_param16 = 0, nvme_grads = 0;
+  uint64_t swap_file = 0;        // the swap file's size
+  // 16-bit weights and gradients the pinned cache should hold for a step without re-reads.
+  uint64_t cache_wanted = 0;
+};
+
+struct Plan {
+  uint64_t params = 0, state_params = 0;
+  StatePlacement placement;
+  PlanBytes bytes;
+  double nvme_read_per_step = 0, nvme_write_per_step = 0;
+  double nvme_seconds = 0, adam_seconds = 0, compute_seconds = 0, step_seconds = 0;
+  std::string bound;  // "compute", "NVMe", "Adam", "compute + Adam"
+  bool fits = true;
+  std::vector<std::string> problems;     // why it does not fit, with the numbers
+  std::vector<std::string> suggestions;  // what would make it fit
+  nlohmann::json ToJson() const;
+};
+
+struct PlanInputs {
+  GptDims dims;
+  int batch = 1, seq = 1;
+  uint32_t micro_batches = 1;
+  uint64_t pinned_budget = 0, device_budget = 0;
+  uint32_t state_generations = 1;
+  uint64_t swap_free_bytes = 0;  // 0: unknown (not checked)
+  uint64_t align = 4096;         // the swap file's O_DIRECT alignment
+};
+
+Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placement,
+             const PlanRates& rates);
+
+// The plan as text: bytes per tier and role, NVMe bytes per step, the time with its bound, and
+// what does not fit.
+std::string FormatPlan(const Plan& p, const GptDims& d);
+
+}  // namespace zinf::train

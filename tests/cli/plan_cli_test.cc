@@ -1,0 +1,109 @@
+// `zinf plan` end to end on the tiny model: the bytes it predicts per tier and role, and the
+// NVMe bytes a step moves, against what `zinf train` with the same flags then measures, for
+// several placements and a pinned budget too small to cache every 16-bit weight and gradient;
+// given rates give the step time by the stated formula; a model that cannot fit is refused with
+// the numbers and what would make it fit; the same refusals as zinf train for bad placements.
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_util.h"
+#include "tests/cli/train_cli_util.h"
+#include "tests/test_util.h"
+
+namespace zinf {
+namespace {
+
+using namespace zinf::testing::train_cli;
+using testing::RunZinf;
+using testing::TempDir;
+
+nlohmann::json Plan(const TempDir& dir, const std::string& flags) {
+  auto r = RunZinf("plan " + flags + " --json --read-gbps 0.5 --write-gbps 0.25 --adam-ns 2" +
+                       " --compute-seconds 0.01",
+                   dir.path());
+  EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
+  return nlohmann::json::parse(r.out, nullptr, false);
+}
+
+TEST(PlanCliTest, PredictsTheBytesARunThenMeasures) {
+  TempDir dir;
+  std::ofstream(dir / "file.json") << R"({"optimizer_state": {"embedding": "memory"}})";
+  std::ofstream(dir / "small_aio.json") << R"({"aio": {"block_size": "128K"}})";
+  struct Case {
+    std::string name, flags;
+  };
+  // The last two: 640K / 680K pinned (with 128K I/O blocks) leave 32 / 72 KiB of cache for
+  // 110 KiB of 16-bit weights and gradients: the shortfall is read back every step.
+  const std::vector<Case> cases = {
+      {"nvme", " --placement nvme"},
+      {"auto", " --host-budget 160K"},
+      {"file", " --placement " + dir / "file.json"},
+      {"bf16", " --optimizer-state-dtype bf16 --host-budget 100K"},
+      {"short_pinned", " --pinned-budget 640K --config " + dir / "small_aio.json"},
+      {"shorter_pinned", " --pinned-budget 680K --config " + dir / "small_aio.json"},
+  };
+  for (const Case& c : cases) {
+    std::string flags = TinyNvme(6, dir) + c.flags;
+    if (c.flags.find("--pinned-budget") != std::string::npos) {  // in place of the tiny one's
+      flags.replace(flags.find("--pinned-budget 16M"), 19, "");
+    }
+    const nlohmann::json plan = Plan(dir, flags.substr(std::string("train").size()));
+    ASSERT_FALSE(plan.is_discarded()) << c.name;
+    const std::string summary = dir / (c.name + ".json");
+    auto r = RunZinf(flags + " --summary-json " + summary, dir.path());
+    ASSERT_EQ(r.exit_code, 0) << c.name << r.err;
+    const nlohmann::json s = ReadJson(summary);
+    EXPECT_EQ(plan["bytes"]["host"]["optimizer_state"], s["optimizer_state_memory_bytes"])
+        << c.name;
+    EXPECT_EQ(plan["bytes"]["nvme"]["optimizer_state"], s["optimizer_state_nvme_bytes"]) << c.name;
+    EXPECT_EQ(plan["bytes"]["nvme"]["param16"], s["param16_bytes"]) << c.name;
+    EXPECT_EQ(plan["bytes"]["nvme"]["gradients"], s["gradient_bytes"]) << c.name;
+    // A step's NVMe bytes: the model counts bytes, the engine moves whole 4 KiB blocks (each of
+    // the 4 units' up to 4 extents a step rounds up by less than a block).
+    const double slack = 4 * 4 * 4096;
+    const double read = s["nvme_read_bytes_step_median"], write = s["nvme_write_bytes_step_median"];
+    EXPECT_NEAR(plan["nvme_read_bytes_per_step"].get<double>(), read, slack)
+        << c.name << r.out;
+    EXPECT_NEAR(plan["nvme_write_bytes_per_step"].get<double>(), write, slack) << c.name;
+    // The run reports the same prediction beside what it measured.
+    EXPECT_EQ(s["plan_nvme_read_bytes_per_step"], plan["nvme_read_bytes_per_step"]) << c.name;
+    EXPECT_NE(r.out.find("zinf plan predicted"), std::string::npos) << r.out;
+    // The time by the formula: NVMe = read / rate + write / rate; CPU = compute + Adam.
+    const double nvme = plan["nvme_read_bytes_per_step"].get<double>() / 0.5e9 +
+                        plan["nvme_write_bytes_per_step"].get<double>() / 0.25e9;
+    const double cpu = 0.01 + 2e-9 * static_cast<double>(kParams);
+    EXPECT_NEAR(plan["seconds"]["step"].get<double>(), std::max(nvme, cpu), 1e-12) << c.name;
+  }
+}
+
+TEST(PlanCliTest, AModelThatCannotFitIsRefusedWithWhatWouldFit) {
+  TempDir dir;
+  // 826 billion parameters: a swap file of about 15 TB.
+  auto r = RunZinf("plan --layers 4096 --width 4096 --heads 16 --seq-len 16 --vocab 64 "
+                   "--batch 1 --device-budget 2G --offload nvme --swap-dir " + dir / "swap" +
+                       " --read-gbps 1 --write-gbps 1 --adam-ns 1 --compute-seconds 1",
+                   dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("does not fit:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the swap file needs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--optimizer-state-dtype bf16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("zinf.stripe_paths"), std::string::npos) << r.out;
+}
+
+TEST(PlanCliTest, BadPlacementsAreRefusedAsZinfTrainRefusesThem) {
+  TempDir dir;
+  std::ofstream(dir / "bad.json") << R"({"optimizer_state": {"block9": "memory"}})";
+  auto r = RunZinf("plan --layers 2 --width 32 --heads 4 --seq-len 16 --vocab 64 --offload nvme "
+                   "--swap-dir " + dir / "swap" + " --placement " + dir / "bad.json" +
+                       " --read-gbps 1 --write-gbps 1 --adam-ns 1 --compute-seconds 1",
+                   dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("optimizer_state.block9: no such unit"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace zinf

@@ -1,0 +1,313 @@
+// `zinf plan`: from the same config and flags as `zinf train`, the budgets and the machine's
+// rates, print the bytes each tier and role will hold, the NVMe bytes a step moves, the
+// predicted step time with its bound, and the placement chosen; refuse (exit 1) a run that does
+// not fit, saying what would make it fit. `--json` for tools.
+//
+// Rates: --read-gbps / --write-gbps / --adam-ns / --compute-seconds, else a --rates file (zinf
+// tune --json's output, or this command's own `rates` block), else measured here:
+// - disk: a fresh file in the swap directory written then read for --probe-seconds each with
+//   the config's aio block size and queue depth (the host may cache what was just written:
+//   zinf tune's numbers, or given rates, are better on such a disk);
+// - Adam: the CPU Adam over 16M parameters of state in memory (the moment type), median of 3;
+// - compute: zinf train --profile's compute bound of 1- and 3-block copies of the model
+//   (optimizer state in memory), extrapolated to its blocks.
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "io/file.h"
+#include "kernels/cpu/adam.h"
+#include "src/base/host_info.h"
+#include "src/base/log.h"
+#include "src/base/units.h"
+#include "src/runtime/offload_runtime.h"
+#include "src/train/executor.h"
+#include "src/train/planner.h"
+#include "src/train/trainer.h"
+#include "tools/commands.h"
+#include "tools/io_bench.h"
+#include "tools/io_bench_target.h"
+#include "tools/train_config.h"
+
+namespace zinf::tools {
+namespace {
+
+struct PlanArgs {
+  std::string rates;
+  double read_gbps = 0, write_gbps = 0, adam_ns = 0, compute_seconds = 0;
+  double probe_seconds = 2;
+  bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Free bytes of the file system holding `dir` (or its nearest existing parent).
+uint64_t FreeBytes(std::filesystem::path dir) {
+  std::error_code ec;
+  while (!dir.empty() && !std::filesystem::exists(dir, ec)) dir = dir.parent_path();
+  struct statvfs v {};
+  if (dir.empty() || ::statvfs(dir.c_str(), &v) != 0) return 0;
+  return static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+}
+
+// The O_DIRECT offset alignment of a file in `dir` (an unnamed temporary one): what the swap
+// file's extents are padded to. 4096 when it cannot be told.
+uint64_t OffsetAlign(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return 4096;
+  const io::DirectAlignment a = io::ProbeDirectAlignment(fd, dir);
+  ::close(fd);
+  return a.offset > 1 ? a.offset : 4096;
+}
+
+Status ProbeDisk(const Config& c, double seconds, train::PlanRates* r) {
+  std::vector<std::string> dirs = c.zinf.stripe_paths;
+  if (dirs.empty()) dirs.push_back(c.SwapDir());
+  for (const auto& d : dirs) std::filesystem::create_directories(d);
+  ZINF_ASSIGN_OR_RETURN(auto target, IoBenchTarget::Create(dirs, 1ull << 30,
+                                                           std::max<uint64_t>(c.zinf.stripe_bytes, 1 << 20),
+                                                           false));
+  IoBenchSpec spec;
+  ZINF_ASSIGN_OR_RETURN(spec.engine, io::ParseEngineKind(c.aio.engine));
+  spec.block = c.aio.block_size;
+  spec.queue_depth = c.aio.queue_depth;
+  spec.seconds = seconds;
+  spec.pattern = IoPattern::kWrite;
+  ZINF_ASSIGN_OR_RETURN(IoBenchResult w, RunIoBench(*target, spec));
+  spec.pattern = IoPattern::kRead;
+  ZINF_ASSIGN_OR_RETURN(IoBenchResult rd, RunIoBench(*target, spec));
+  r->read_gbps = rd.gbps;
+  r->write_gbps = w.gbps;
+  return Status::Ok();
+}
+
+Result<double> ProbeAdam(const Config& c) {
+  const uint64_t n = 16ull << 20;
+  const kernels::DType moments =
+      c.zinf.optimizer_state_dtype == "bf16" ? kernels::DType::kBf16 : kernels::DType::kF32;
+  std::vector<float> p(n, 0.01f), g(n, 1e-3f);
+  std::vector<uint8_t> m(n * kernels::DTypeSize(moments), 0), v(m.size(), 0);
+  std::vector<uint16_t> p16(n);
+  kernels::AdamHyper hyper;
+  hyper.adamw = true;
+  kernels::AdamOptions ao;
+  ao.threads = static_cast<int>(c.zinf.adam_threads);
+  std::vector<double> t;
+  for (int rep = 0; rep < 3; ++rep) {
+    kernels::AdamBuffers b{p.data(), g.data(), kernels::DType::kF32, m.data(), v.data(), moments,
+                           p16.data(), kernels::DType::kBf16, n};
+    hyper.step = rep + 1;
+    const auto t0 = Clock::now();
+    ZINF_RETURN_IF_ERROR(kernels::AdamStep(hyper, b, ao).status());
+    t.push_back(Since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[1] * 1e9 / static_cast<double>(n);
+}
+
+// zinf train --profile's compute bound of a copy of the model with `layers` blocks.
+Result<double> ComputeOf(const Config& c, uint32_t layers) {
+  train::TrainOptions o;
+  o.config = c;
+  o.config.zinf.model.layers = layers;
+  o.config.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  o.config.zero.offload_param.device = OffloadDevice::kCpu;
+  o.config.zinf.budgets.host_bytes.reset();
+  o.config.zinf.budgets.pinned_bytes.reset();
+  o.config.zinf.checkpoint = {};
+  o.config.zinf.trace_file.clear();
+  o.steps = 1;
+  o.profile = true;
+  o.synthetic_bytes = std::max<uint64_t>(1 << 16, 4ull * c.MicroBatchSize() *
+                                                      c.zinf.model.seq_len *
+                                                      c.GradientAccumulationSteps());
+  ZINF_ASSIGN_OR_RETURN(train::TrainSummary s, train::Train(o));
+  return s.compute_bound_seconds;
+}
+
+Status ProbeCompute(const Config& c, train::PlanRates* r) {
+  const std::string level = "info";
+  SetLogLevel("warn");
+  auto one = ComputeOf(c, 1);
+  auto three = one.ok() ? ComputeOf(c, 3) : one;
+  SetLogLevel(level);
+  ZINF_RETURN_IF_ERROR(one.status().WithContext("measuring compute on a 1-block copy"));
+  ZINF_RETURN_IF_ERROR(three.status().WithContext("measuring compute on a 3-block copy"));
+  const double per_block = std::max(0.0, (*three - *one) / 2);
+  const double fixed = std::max(0.0, *one - per_block);
+  r->compute_seconds = fixed + per_block * c.zinf.model.layers;
+  return Status::Ok();
+}
+
+int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
+  auto fail = [](const Status& s, int code) {
+    fmt::print(stderr, "zinf plan: {}\n", s.ToString());
+    return code;
+  };
+  auto cfg = BuildTrainConfig(cmd, a);
+  if (!cfg.ok()) return fail(cfg.status(), 2);
+  const Config& c = cfg->config;
+  const train::GptDims dims = train::GptDims::FromConfig(c.zinf.model);
+  const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  const kernels::DType moments =
+      c.zinf.optimizer_state_dtype == "bf16" ? kernels::DType::kBf16 : kernels::DType::kF32;
+  const uint64_t per_param = 4 + 2 * kernels::DTypeSize(moments);
+
+  train::PlanInputs in;
+  in.dims = dims;
+  in.batch = static_cast<int>(c.MicroBatchSize());
+  in.seq = static_cast<int>(c.zinf.model.seq_len);
+  in.micro_batches = static_cast<uint32_t>(c.GradientAccumulationSteps());
+  in.state_generations = state_nvme && !c.zinf.checkpoint.dir.empty() ? c.zinf.checkpoint.keep + 1 : 1;
+  in.device_budget = c.zinf.budgets.device_bytes.value_or(1ull << 30);
+  train::ExecutorOptions eo;
+  eo.optimizer_on_nvme = state_nvme;
+  eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
+  eo.micro_batches = in.micro_batches;
+  eo.moment_type = moments;
+  in.pinned_budget = c.zinf.budgets.pinned_bytes.value_or(
+      std::min(train::PinnedBytesWanted(dims, eo), AutoPinnedCap()));
+  std::vector<std::string> dirs = c.zinf.stripe_paths;
+  if (dirs.empty()) dirs.push_back(c.SwapDir());
+  for (const auto& d : dirs) in.swap_free_bytes += FreeBytes(d);
+  const bool swap_used = state_nvme || c.zero.offload_param.device == OffloadDevice::kNvme;
+  if (swap_used) in.align = OffsetAlign(dirs[0]);
+  const uint64_t available = MemAvailableBytes();
+  auto placement = train::PlaceOptimizerState(
+      dims, c, a.placement, per_param, [&](uint32_t u) { return dims.UnitParams(u); },
+      available > in.pinned_budget ? available - in.pinned_budget : 1);
+  if (!placement.ok()) return fail(placement.status(), 1);
+
+  // Rates: flags, then the file, then measured.
+  train::PlanRates rates;
+  std::vector<std::string> measured, given;
+  nlohmann::json file;
+  if (!pa.rates.empty()) {
+    std::ifstream f(pa.rates);
+    if (!f) return fail(InvalidArgument("--rates " + pa.rates + ": cannot open the file"), 2);
+    file = nlohmann::json::parse(f, nullptr, false);
+    if (file.is_discarded() || !file.is_object()) {
+      return fail(InvalidArgument("--rates " + pa.rates + ": expected a JSON object"), 2);
+    }
+    if (file.contains("rates")) file = file["rates"];  // this command's own --json
+  }
+  auto take = [&](double flag, const char* key, double* out) {
+    if (flag > 0) {
+      *out = flag;
+      given.push_back(key);
+    } else if (file.contains(key) && file[key].is_number() && file[key].get<double>() > 0) {
+      *out = file[key].get<double>();
+      given.push_back(key);
+    }
+  };
+  take(pa.read_gbps, "read_gbps", &rates.read_gbps);
+  take(pa.write_gbps, "write_gbps", &rates.write_gbps);
+  take(pa.adam_ns, "adam_ns_per_param", &rates.adam_ns_per_param);
+  take(pa.compute_seconds, "compute_seconds", &rates.compute_seconds);
+  const bool uses_swap = state_nvme || c.zero.offload_param.device == OffloadDevice::kNvme;
+  if (uses_swap && (rates.read_gbps <= 0 || rates.write_gbps <= 0)) {
+    if (Status s = ProbeDisk(c, pa.probe_seconds, &rates); !s.ok()) return fail(s, 1);
+    measured.push_back("disk");
+  }
+  if (rates.adam_ns_per_param <= 0) {
+    auto ns = ProbeAdam(c);
+    if (!ns.ok()) return fail(ns.status(), 1);
+    rates.adam_ns_per_param = *ns;
+    measured.push_back("Adam");
+  }
+  if (rates.compute_seconds <= 0) {
+    if (Status s = ProbeCompute(c, &rates); !s.ok()) return fail(s, 1);
+    measured.push_back("compute");
+  }
+  rates.compute_on_host = a.device != "cuda";
+  rates.source = fmt::format("{}{}{}", given.empty() ? "" : "given: " + fmt::format("{}", fmt::join(given, ", ")),
+                             !given.empty() && !measured.empty() ? "; " : "",
+                             measured.empty() ? "" : "measured here: " + fmt::format("{}", fmt::join(measured, ", ")));
+  const train::Plan plan = train::PlanRun(c, in, *placement, rates);
+
+  // With the state on NVMe and no host budget: what a budget of the memory this machine has
+  // to spare would give (the planner's proposal).
+  std::optional<train::Plan> proposal;
+  uint64_t proposed_host = 0;
+  if (state_nvme && !c.zinf.budgets.host_bytes && a.placement == "auto") {
+    const uint64_t reserve = 2ull << 30;  // the process, the corpus, the page cache's floor
+    const uint64_t spare = available > in.pinned_budget + reserve
+                               ? available - in.pinned_budget - reserve : 0;
+    proposed_host = spare / (1ull << 30) * (1ull << 30);
+    if (proposed_host >= (1ull << 30)) {
+      Config pc = c;
+      pc.zinf.budgets.host_bytes = proposed_host;
+      auto pp = train::PlaceOptimizerState(dims, pc, "auto", per_param,
+                                           [&](uint32_t u) { return dims.UnitParams(u); },
+                                           available - in.pinned_budget);
+      if (pp.ok() && pp->memory_bytes > 0) proposal = train::PlanRun(pc, in, *pp, rates);
+    }
+  }
+  nlohmann::json j = plan.ToJson();
+  j["rates"] = {{"read_gbps", rates.read_gbps},
+                {"write_gbps", rates.write_gbps},
+                {"adam_ns_per_param", rates.adam_ns_per_param},
+                {"compute_seconds", rates.compute_seconds},
+                {"compute_on_host", rates.compute_on_host},
+                {"source", rates.source}};
+  if (proposal) {
+    j["proposal"] = {{"host_bytes", proposed_host}, {"plan", proposal->ToJson()}};
+  }
+  if (pa.json) {
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("{}", train::FormatPlan(plan, dims));
+    fmt::print("rates  : NVMe read {:.3f} GB/s, write {:.3f} GB/s; Adam {:.3f} ns a parameter; "
+               "compute {:.2f} s a step ({})\n",
+               rates.read_gbps, rates.write_gbps, rates.adam_ns_per_param, rates.compute_seconds,
+               rates.source);
+    if (proposal) {
+      fmt::print("proposal: --host-budget {} keeps {} in memory: NVMe read {} written {} a step, "
+                 "step {:.2f} s ({:.2f}x), bound by {}\n",
+                 FormatBytesShort(proposed_host), proposal->placement.Describe(dims),
+                 FormatBytesHuman(static_cast<uint64_t>(proposal->nvme_read_per_step)),
+                 FormatBytesHuman(static_cast<uint64_t>(proposal->nvme_write_per_step)),
+                 proposal->step_seconds,
+                 plan.step_seconds > 0 ? proposal->step_seconds / plan.step_seconds : 0,
+                 proposal->bound);
+    }
+  }
+  return plan.fits ? 0 : 1;
+}
+
+}  // namespace
+
+void RegisterPlan(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<TrainArgs>();
+  auto pa = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand(
+      "plan", "Before a run: the bytes each tier will hold, the NVMe bytes a step moves, the "
+              "predicted step time and its bound, from the same config and flags as zinf train");
+  AddTrainFlags(cmd, a.get());
+  cmd->add_option("--rates", pa->rates,
+                  "JSON with read_gbps, write_gbps (zinf tune --json's output), "
+                  "adam_ns_per_param, compute_seconds (any of them; the rest are measured)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--read-gbps", pa->read_gbps, "NVMe read rate, GB/s");
+  cmd->add_option("--write-gbps", pa->write_gbps, "NVMe write rate, GB/s");
+  cmd->add_option("--adam-ns", pa->adam_ns, "CPU Adam, ns a parameter");
+  cmd->add_option("--compute-seconds", pa->compute_seconds,
+                  "Forward + backward of a step, seconds");
+  cmd->add_option("--probe-seconds", pa->probe_seconds,
+                  "Seconds of each disk probe (write, then read)")
+      ->capture_default_str();
+  cmd->add_flag("--json", pa->json, "Print the plan as JSON");
+  cmd->callback([a, pa, cmd, &exit_code] { exit_code = RunPlan(*cmd, *a, *pa); });
+}
+
+}  // namespace zinf::tools
