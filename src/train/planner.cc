@@ -43,7 +43,9 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   b.pinned_staging = grad_elem == 4 ? 2 * page(2 * max_n) : 0;
   // One copy in transfer per size (the largest unit's 16-bit weights and gradient) is not cache.
   const uint64_t spare = page(2 * max_n) + page(grad_elem * max_n);
-  const uint64_t fixed = b.pinned_slabs + b.pinned_staging + spare;
+  // Without a swap space the 16-bit weights and gradients are homed in pinned memory.
+  b.pinned_homed = swap ? 0 : 2 * p.params + grad_elem * p.params;
+  const uint64_t fixed = b.pinned_slabs + b.pinned_staging + spare + b.pinned_homed;
   b.pinned_cache = b.pinned_budget > fixed ? b.pinned_budget - fixed : 0;
   b.host_state = placement.memory_bytes;
   b.nvme_state = state_nvme ? placement.nvme_bytes : 0;
@@ -79,16 +81,34 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   }
   p.adam_seconds = rates.adam_ns_per_param * 1e-9 * static_cast<double>(p.state_params);
   p.compute_seconds = rates.compute_seconds;
-  const double cpu = rates.compute_on_host ? p.compute_seconds + p.adam_seconds
-                                           : std::max(p.compute_seconds, p.adam_seconds);
-  p.step_seconds = std::max(cpu, p.nvme_seconds);
-  if (p.nvme_seconds >= cpu) {
-    p.bound = "NVMe";
-  } else if (rates.compute_on_host) {
-    p.bound = p.adam_seconds > p.compute_seconds ? "Adam (with compute on the same cores)"
-                                                 : "compute (with Adam on the same cores)";
+  if (state_nvme) {
+    // The optimizer pipeline runs under the next step's first forward, and backward waits for
+    // it: it hides behind that forward (2 of the 8 flops a parameter a token of forward,
+    // recompute and backward, of one micro-batch) and the rest of the compute follows it. Its
+    // time: the state's reads and writes and the new 16-bit weights' writes, or Adam when
+    // slower (the pipeline overlaps the two).
+    const double r = rates.read_gbps * 1e9, w = rates.write_gbps * 1e9;
+    const double state = static_cast<double>(b.nvme_state);
+    p.optimizer_seconds = std::max(
+        r > 0 && w > 0 ? state / r + (state + static_cast<double>(p16_bytes)) / w : 0.0,
+        p.adam_seconds);
+    const double forward = 0.25 * p.compute_seconds / in.micro_batches;
+    p.step_seconds = p.compute_seconds - forward + std::max(forward, p.optimizer_seconds);
+    p.bound = p.optimizer_seconds > forward
+                  ? (p.optimizer_seconds > p.adam_seconds ? "compute + the optimizer's NVMe I/O"
+                                                          : "compute + Adam")
+                  : "compute";
   } else {
-    p.bound = p.adam_seconds > p.compute_seconds ? "Adam" : "compute";
+    // Adam after backward, on the training thread.
+    p.optimizer_seconds = p.adam_seconds;
+    p.step_seconds = p.compute_seconds + p.adam_seconds;
+    p.bound = p.adam_seconds > p.compute_seconds ? "Adam (then compute)" : "compute (then Adam)";
+  }
+  // Every NVMe byte of the step (the 16-bit weights and gradients the cache lacks too) must
+  // pass within it.
+  if (p.nvme_seconds > p.step_seconds) {
+    p.step_seconds = p.nvme_seconds;
+    p.bound = "NVMe";
   }
 
   // Does it fit?
@@ -116,6 +136,17 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
         "a second drive with {} free (zinf.stripe_paths) stripes the swap file over both",
         FormatBytesHuman(lack)));
   }
+  if (b.pinned_budget < fixed) {
+    p.fits = false;
+    p.problems.push_back(fmt::format(
+        "zinf.budgets.pinned_bytes {} ({} bytes) cannot hold the optimizer's slabs {}, the "
+        "gradient staging {}, one copy of the largest unit's 16-bit weights and gradient {} "
+        "and the shards homed there (no NVMe) {} ({} bytes in all)",
+        FormatBytesHuman(b.pinned_budget), b.pinned_budget, FormatBytesHuman(b.pinned_slabs),
+        FormatBytesHuman(b.pinned_staging), FormatBytesHuman(spare),
+        FormatBytesHuman(b.pinned_homed), fixed));
+    p.suggestions.push_back(fmt::format("--pinned-budget {} or more (or auto)", FormatBytesHuman(fixed)));
+  }
   const std::optional<uint64_t>& host = c.zinf.budgets.host_bytes;
   if (host && b.host_state > *host) {
     p.fits = false;
@@ -138,6 +169,7 @@ nlohmann::json Plan::ToJson() const {
                  {{"budget", bytes.pinned_budget},
                   {"optimizer_slabs", bytes.pinned_slabs},
                   {"gradient_staging", bytes.pinned_staging},
+                  {"homed", bytes.pinned_homed},
                   {"cache", bytes.pinned_cache},
                   {"cache_wanted", bytes.cache_wanted}}},
                 {"host", {{"optimizer_state", bytes.host_state}}},
@@ -151,6 +183,7 @@ nlohmann::json Plan::ToJson() const {
   j["nvme_write_bytes_per_step"] = nvme_write_per_step;
   j["seconds"] = {{"nvme", nvme_seconds},
                   {"adam", adam_seconds},
+                  {"optimizer", optimizer_seconds},
                   {"compute", compute_seconds},
                   {"step", step_seconds}};
   j["bound"] = bound;
@@ -168,10 +201,16 @@ std::string FormatPlan(const Plan& p, const GptDims& d) {
   s += fmt::format("optimizer state: {}\n", p.placement.Describe(d));
   s += fmt::format("device : budget {}; 16-bit weights of the unit in use {}\n",
                    h(b.device_budget), h(b.device_weights));
-  s += fmt::format("pinned : budget {}; optimizer slabs {}, gradient staging {}, cache {} for {} "
-                   "of 16-bit weights and gradients\n",
-                   h(b.pinned_budget), h(b.pinned_slabs), h(b.pinned_staging), h(b.pinned_cache),
-                   h(b.cache_wanted));
+  if (b.pinned_homed > 0) {
+    s += fmt::format("pinned : budget {}; 16-bit weights and gradients homed there {}, gradient "
+                     "staging {}\n",
+                     h(b.pinned_budget), h(b.pinned_homed), h(b.pinned_staging));
+  } else {
+    s += fmt::format("pinned : budget {}; optimizer slabs {}, gradient staging {}, cache {} for "
+                     "{} of 16-bit weights and gradients\n",
+                     h(b.pinned_budget), h(b.pinned_slabs), h(b.pinned_staging),
+                     h(b.pinned_cache), h(b.cache_wanted));
+  }
   s += fmt::format("host   : optimizer state {}\n", h(b.host_state));
   s += fmt::format("nvme   : optimizer state {} (x{} generations: {}), 16-bit weights {}, "
                    "gradients {}; swap file {}\n",
@@ -184,9 +223,11 @@ std::string FormatPlan(const Plan& p, const GptDims& d) {
                    h(static_cast<uint64_t>(p.nvme_write_per_step)),
                    p.nvme_read_per_step / static_cast<double>(p.params),
                    p.nvme_write_per_step / static_cast<double>(p.params));
-  s += fmt::format("time   : step {:.2f} s, bound by {} (NVMe {:.2f} s, Adam {:.2f} s, compute "
+  s += fmt::format("time   : step {:.2f} s, bound by {} (compute {:.2f} s; optimizer step {:.2f} "
+                   "s, the larger of Adam {:.2f} s and its NVMe I/O; all of the step's NVMe I/O "
                    "{:.2f} s)\n",
-                   p.step_seconds, p.bound, p.nvme_seconds, p.adam_seconds, p.compute_seconds);
+                   p.step_seconds, p.bound, p.compute_seconds, p.optimizer_seconds,
+                   p.adam_seconds, p.nvme_seconds);
   if (!p.fits) {
     s += "does not fit:\n";
     for (const auto& x : p.problems) s += "  " + x + "\n";

@@ -10,10 +10,13 @@
 // - NVMe bytes per step: the state on NVMe read and written once; the new 16-bit weights
 //   written home; and what the pinned cache cannot hold of the 16-bit weights and gradients,
 //   read back (the shortfall), the part of it that is gradients also written (dirty);
-// - time per step, each part alone: NVMe = read / read rate + write / write rate (one disk
-//   serves both), Adam = state parameters x ns a parameter, compute as measured; the step is
-//   the largest of NVMe and the CPU's work, which is compute + Adam when the device is the
-//   host-emulated one (both run on the CPU cores) and the larger of the two on a GPU. The bound
+// - time per step: compute as measured; Adam = state parameters x ns a parameter; with the
+//   state on NVMe the optimizer step (the larger of Adam and its I/O: state read / read rate +
+//   state and new 16-bit weights written / write rate) runs under the next step's first
+//   forward, a quarter of one micro-batch's compute (2 of the 8 flops a parameter a token of
+//   forward, recompute and backward), and backward waits for it: step = compute - forward +
+//   max(forward, optimizer step); with the state in memory Adam follows backward: step =
+//   compute + Adam. Every NVMe byte of the step at those rates is a floor under it. The bound
 //   is the part that sets it.
 // - fits: the swap file against the free space of its file system and the state in memory
 //   against zinf.budgets.host_bytes; when it does not fit, what would: 16-bit moments, a bigger
@@ -49,6 +52,7 @@ struct PlanBytes {
   uint64_t device_budget = 0, device_weights = 0;
   // Pinned
   uint64_t pinned_budget = 0, pinned_slabs = 0, pinned_staging = 0, pinned_cache = 0;
+  uint64_t pinned_homed = 0;  // 16-bit weights and gradients homed there (no NVMe)
   // Host memory (plain) and NVMe, by role
   uint64_t host_state = 0;
   uint64_t nvme_state = 0;       // one generation
@@ -65,7 +69,8 @@ struct Plan {
   PlanBytes bytes;
   double nvme_read_per_step = 0, nvme_write_per_step = 0;
   double nvme_seconds = 0, adam_seconds = 0, compute_seconds = 0, step_seconds = 0;
-  std::string bound;  // "compute", "NVMe", "Adam", "compute + Adam"
+  double optimizer_seconds = 0;  // the optimizer step: Adam, or its NVMe I/O when slower
+  std::string bound;  // what sets the step: "compute", "compute + the optimizer's NVMe I/O", ...
   bool fits = true;
   std::vector<std::string> problems;     // why it does not fit, with the numbers
   std::vector<std::string> suggestions;  // what would make it fit
