@@ -272,8 +272,8 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
                rates.read_gbps, rates.write_gbps, rates.adam_ns_per_param, rates.compute_seconds,
                rates.source);
     if (proposal) {
-      fmt::print("proposal: --host-budget {} keeps {} in memory: NVMe read {} written {} a step, "
-                 "step {:.2f} s ({:.2f}x), bound by {}\n",
+      fmt::print("proposal: --host-budget {}: {}; NVMe read {} written {} a step, step {:.2f} s "
+                 "({:.2f}x), bound by {}\n",
                  FormatBytesShort(proposed_host), proposal->placement.Describe(dims),
                  FormatBytesHuman(static_cast<uint64_t>(proposal->nvme_read_per_step)),
                  FormatBytesHuman(static_cast<uint64_t>(proposal->nvme_write_per_step)),

@@ -59,10 +59,15 @@ Result<std::string> Describe(const ckpt::Manifest& m) {
   line(fmt::format("  step {} (of {} asked for)", m.step, m.training.value("steps", uint64_t{0})));
   line(fmt::format("  model: {} parameters ({} layers, width {}, {} heads, seq {}, vocab {})",
                    d.TotalParams(), d.L, d.C, d.NH, d.seq, d.V));
-  line(fmt::format("  precision {}, optimizer state in {}; world size {}, partition {}",
+  const std::string place = m.training.value("optimizer_state", std::string("?"));
+  const auto in_memory =
+      m.training.value("optimizer_state_in_memory", std::vector<std::string>());
+  line(fmt::format("  precision {}, optimizer state {}; world size {}, partition {}",
                    m.training.value("param16", std::string("?")),
-                   m.training.value("optimizer_state", std::string("?")), m.world_size,
-                   m.partition));
+                   place == "mixed" ? fmt::format("in memory for {}, on NVMe for the rest",
+                                                  fmt::join(in_memory, ", "))
+                                    : "in " + place,
+                   m.world_size, m.partition));
   if (m.data.contains("train") && m.data["train"].is_object()) {
     const auto& t = m.data["train"];
     line(fmt::format("  data: {} ({}, {} tokens), next batch {}",

@@ -149,6 +149,11 @@ TEST(PlacementCheckpointTest, MixedStateCheckpointsVerifiesAndResumesBitForBit) 
   EXPECT_EQ(fs::file_size(ck + "/state.bin"), 12 * (kEmbedding + kBlock));
   auto verify = RunZinf("ckpt verify " + ck, dir.path());
   EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  auto inspect = RunZinf("ckpt inspect " + ck, dir.path());
+  EXPECT_NE(inspect.out.find("optimizer state in memory for embedding, block1, on NVMe for the "
+                             "rest"),
+            std::string::npos)
+      << inspect.out;
 
   // Another placement is refused, naming both.
   auto other = RunZinf("train --resume " + root + " --placement nvme", dir.path());
