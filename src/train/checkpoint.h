@@ -201,8 +201,13 @@ std::string PartitionRuleOf(const Config& c);
 // Whether the run's placement of the optimizer state ("nvme", "memory", or "mixed" with the
 // units in memory) is the checkpoint's (FailedPrecondition naming both otherwise): checked
 // before the swap file is opened, whose layout follows the placement.
+// `device`: this run's zero_optimization.offload_optimizer.device ("nvme", "cpu", "none"; empty:
+// not compared), which the message names when it differs from the checkpoint's.
 Status CheckResumePlacement(const ckpt::Manifest& manifest, const std::string& state_placement,
-                            const std::vector<std::string>& state_in_memory_units);
+                            const std::vector<std::string>& state_in_memory_units,
+                            const std::string& device = "");
+// The checkpoint's run's zero_optimization.offload_optimizer.device ("" when not recorded).
+std::string RecordedStateDevice(const ckpt::Manifest& manifest);
 // `state_placement` / `state_in_memory_units`: the run's placement of the optimizer state, as
 // CheckpointerOptions records it (empty: "nvme" or "memory" from the config); a checkpoint of
 // another placement is refused (the swap file's layout follows the placement).

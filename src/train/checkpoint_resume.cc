@@ -160,36 +160,46 @@ namespace {
 // What differs between the placement of the optimizer state in `m` and this run's (`place`:
 // "nvme", "memory" or "mixed" with the units in memory), if anything.
 std::optional<std::string> PlacementProblem(const ckpt::Manifest& m, const std::string& place,
-                                            const std::vector<std::string>& state_in_memory_units) {
+                                            const std::vector<std::string>& state_in_memory_units,
+                                            const std::string& device) {
   const std::string place_then = m.training.value("optimizer_state", std::string("?"));
   auto units_then = m.training.value("optimizer_state_in_memory", std::vector<std::string>());
-  if (place_then != place && (place == "mixed" || place_then == "mixed")) {
-    return fmt::format(
-        "--placement / zinf.budgets.host_bytes: the optimizer state is {} here ({}), {} in the "
-        "checkpoint ({}); resume with the placement the checkpoint was written with",
-        place, place == "mixed" ? fmt::format("in memory: {}", fmt::join(state_in_memory_units, ", "))
-                                : "every unit",
-        place_then, place_then == "mixed" ? fmt::format("in memory: {}", fmt::join(units_then, ", "))
-                                          : "every unit");
-  } else if (place_then != place) {
-    return fmt::format(
-        "zero_optimization.offload_optimizer.device: the optimizer state is in {} here, in {} "
-        "in the checkpoint", place, place_then);
-  } else if (place == "mixed" && units_then != state_in_memory_units) {
-    return fmt::format(
-        "--placement / zinf.budgets.host_bytes: the units whose optimizer state is in memory "
-        "are {} here, {} in the checkpoint; resume with the placement the checkpoint was "
-        "written with",
-        fmt::join(state_in_memory_units, ", "), fmt::join(units_then, ", "));
+  auto describe = [](const std::string& p, const std::vector<std::string>& units) {
+    return p == "mixed" ? fmt::format("in memory for {}, on NVMe for the rest", fmt::join(units, ", "))
+                        : "in " + p + " for every unit";
+  };
+  if (place_then == place && (place != "mixed" || units_then == state_in_memory_units)) {
+    return std::nullopt;
   }
-  return std::nullopt;
+  const std::string device_then = RecordedStateDevice(m);
+  if (!device.empty() && !device_then.empty() && device != device_then) {
+    return fmt::format(
+        "zero_optimization.offload_optimizer.device: {} here, {} in the checkpoint (the "
+        "optimizer state is {} here, {} in the checkpoint)",
+        device, device_then, describe(place, state_in_memory_units),
+        describe(place_then, units_then));
+  }
+  return fmt::format(
+      "--placement / zinf.budgets.host_bytes: the optimizer state is {} here, {} in the "
+      "checkpoint; resume with the placement the checkpoint was written with",
+      describe(place, state_in_memory_units), describe(place_then, units_then));
 }
 
 }  // namespace
 
+std::string RecordedStateDevice(const ckpt::Manifest& m) {
+  const auto config = m.training.find("config");
+  if (config == m.training.end() || !config->is_object()) return "";
+  const json zo = config->value("zero_optimization", json::object());
+  const json oo = zo.is_object() ? zo.value("offload_optimizer", json::object())
+                                 : json::object();
+  return oo.is_object() ? oo.value("device", std::string()) : std::string();
+}
+
 Status CheckResumePlacement(const ckpt::Manifest& m, const std::string& place,
-                            const std::vector<std::string>& state_in_memory_units) {
-  if (auto p = PlacementProblem(m, place, state_in_memory_units)) {
+                            const std::vector<std::string>& state_in_memory_units,
+                            const std::string& device) {
+  if (auto p = PlacementProblem(m, place, state_in_memory_units, device)) {
     return FailedPrecondition(fmt::format("cannot resume from {}:\n  {}", ManifestPath(m), *p));
   }
   return Status::Ok();
@@ -216,7 +226,10 @@ Status CheckResumable(const ckpt::Manifest& m, const Config& c,
   }
   const bool nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   const std::string place = !state_placement.empty() ? state_placement : nvme ? "nvme" : "memory";
-  if (auto p = PlacementProblem(m, place, state_in_memory_units)) problems.push_back(*p);
+  if (auto p = PlacementProblem(m, place, state_in_memory_units,
+                                std::string(OffloadDeviceName(c.zero.offload_optimizer.device)))) {
+    problems.push_back(*p);
+  }
   // Checkpoints written before zinf.optimizer_state_dtype existed hold fp32 moments.
   const std::string moments_then = m.training.value("optimizer_state_dtype", std::string("fp32"));
   if (moments_then != c.zinf.optimizer_state_dtype) {

@@ -18,6 +18,10 @@
 // state is not on NVMe. With offload_optimizer.device "cpu" / "none" every unit is in memory
 // and "auto" / "nvme" change nothing.
 // Bytes are this rank's: `state_elems(u)` gives the elements of unit u's state it holds.
+// Across ranks (ZeRO-1/2/3) each rank places its own chunks: zinf.budgets.host_bytes is per
+// rank (N ranks on one machine may use N times it; each checks only its own against the
+// machine's available memory), and with a budget near a unit's boundary the ranks' placements
+// may differ (rank 0's chunks are the largest). Training is the same bits either way.
 //
 // Thread-safety: plain functions over values.
 #pragma once

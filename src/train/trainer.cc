@@ -370,9 +370,17 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   // Each unit's optimizer state on NVMe or in memory (--placement, zinf.budgets.host_bytes; a
   // resume keeps its checkpoint's).
   std::optional<std::vector<std::string>> recorded_in_memory;
-  if (resume_from && resume_from->training.value("optimizer_state", std::string()) == "mixed") {
-    recorded_in_memory =
-        resume_from->training.value("optimizer_state_in_memory", std::vector<std::string>());
+  if (resume_from && eo.optimizer_on_nvme) {
+    const std::string then = resume_from->training.value("optimizer_state", std::string());
+    if (then == "mixed") {
+      recorded_in_memory =
+          resume_from->training.value("optimizer_state_in_memory", std::vector<std::string>());
+    } else if (then == "nvme") {
+      recorded_in_memory.emplace();  // no unit in memory
+    } else if (then == "memory" && RecordedStateDevice(*resume_from) == "nvme") {
+      recorded_in_memory.emplace();  // every unit in memory, placed there from NVMe
+      for (uint32_t u = 0; u < dims.units(); ++u) recorded_in_memory->push_back(dims.UnitName(u));
+    }
   }
   const uint32_t world32 = static_cast<uint32_t>(ranks.world());
   const uint32_t rank32 = static_cast<uint32_t>(ranks.rank());
@@ -387,7 +395,8 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
             const uint64_t n = dims.UnitParams(u);
             return chunked ? ckpt::ChunkOfUnit(n, world32, rank32).len : n;
           },
-          mem_available > pinned_budget ? mem_available - pinned_budget : 1,
+          // 0: unknown (not checked); 1: nothing left beside the pinned budget.
+          mem_available == 0 ? 0 : mem_available > pinned_budget ? mem_available - pinned_budget : 1,
           recorded_in_memory ? &*recorded_in_memory : nullptr));
   if (eo.optimizer_on_nvme) {
     eo.state_in_memory = placement.in_memory;
@@ -408,10 +417,11 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   if (resume_from) {
     ZINF_RETURN_IF_ERROR(CheckResumePlacement(
         *resume_from, state_placement,
-        state_placement == "mixed" ? in_memory_names : std::vector<std::string>{}));
+        state_placement == "mixed" ? in_memory_names : std::vector<std::string>{},
+        std::string(OffloadDeviceName(c.zero.offload_optimizer.device))));
   }
   ZINF_ASSIGN_OR_RETURN(
-      auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c, eo.state_generations, eo.state_in_memory),
+      auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c, eo.state_generations, placement.in_memory),
                                        .tracer = &tracer,
                                        .device_kind = opt.device,
                                        .h2d_gbps = opt.h2d_gbps,

@@ -142,6 +142,9 @@ TEST(PlacementCheckpointTest, MixedStateCheckpointsVerifiesAndResumesBitForBit) 
     file_of[s["role"].get<std::string>() + "/" + std::to_string(s["unit"].get<int>())] =
         s["file"].get<std::string>();
   }
+  for (const char* key : {"master/0", "exp_avg_sq/2", "master/1", "exp_avg/3"}) {
+    ASSERT_EQ(file_of.count(key), 1u) << key;
+  }
   EXPECT_EQ(file_of["master/0"], "state.bin");
   EXPECT_EQ(file_of["exp_avg_sq/2"], "state.bin");
   EXPECT_NE(file_of["master/1"], "state.bin");
@@ -155,15 +158,47 @@ TEST(PlacementCheckpointTest, MixedStateCheckpointsVerifiesAndResumesBitForBit) 
             std::string::npos)
       << inspect.out;
 
-  // Another placement is refused, naming both.
+  // Another placement is refused, naming both; another device names the device.
   auto other = RunZinf("train --resume " + root + " --placement nvme", dir.path());
   EXPECT_NE(other.exit_code, 0);
-  EXPECT_NE(other.err.find("in memory: embedding, block1"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("--placement / zinf.budgets.host_bytes: the optimizer state is in "
+                           "nvme for every unit here, in memory for embedding, block1, on NVMe "
+                           "for the rest in the checkpoint"),
+            std::string::npos)
+      << other.err;
+  auto cpu = RunZinf("train --resume " + root + " --offload cpu", dir.path());
+  EXPECT_NE(cpu.exit_code, 0);
+  EXPECT_NE(cpu.err.find("zero_optimization.offload_optimizer.device: cpu here, nvme in the "
+                         "checkpoint"),
+            std::string::npos)
+      << cpu.err;
 
   auto second = RunZinf("train --resume " + root + " --losses " + dir / "b.jsonl" + " --save " +
                             dir / "b.safetensors",
                         dir.path());
   ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_EQ(LossRecords({dir / "a.jsonl", dir / "b.jsonl"}), ref.losses);
+  EXPECT_TRUE(ReadFile(dir / "b.safetensors") == ref.weights) << "final weights differ";
+}
+
+// A checkpoint of state all on NVMe (or all placed in memory) resumed under --placement auto
+// keeps that placement whatever zinf.budgets.host_bytes now says: the swap file's layout
+// follows it. The run then matches the uninterrupted one bit for bit.
+TEST(PlacementCheckpointTest, AResumeUnderAutoKeepsTheCheckpointsPlacement) {
+  TempDir dir;
+  const RunResult ref = Train(dir, "ref", "--placement nvme", 4);
+  const std::string root = dir / "ckpt";
+  auto first = RunZinf(Tiny(4) + " --offload nvme --swap-dir " + dir / "swap" +
+                           " --checkpoint-dir " + root + " --stop-after 2 --losses " +
+                           dir / "a.jsonl",
+                       dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  auto second = RunZinf("train --resume " + root + " --host-budget 1M --losses " + dir / "b.jsonl" +
+                            " --save " + dir / "b.safetensors",
+                        dir.path());
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_NE(second.err.find("placement the checkpoint's: no unit in memory"), std::string::npos)
+      << second.err;
   EXPECT_EQ(LossRecords({dir / "a.jsonl", dir / "b.jsonl"}), ref.losses);
   EXPECT_TRUE(ReadFile(dir / "b.safetensors") == ref.weights) << "final weights differ";
 }
