@@ -29,6 +29,7 @@
 #include "src/runtime/offload_runtime.h"
 #include "src/train/executor.h"
 #include "src/train/planner.h"
+#include "src/train/sizing.h"
 #include "src/train/trainer.h"
 #include "tools/commands.h"
 #include "tools/io_bench.h"
@@ -93,8 +94,7 @@ Status ProbeDisk(const Config& c, double seconds, train::PlanRates* r) {
 
 Result<double> ProbeAdam(const Config& c) {
   const uint64_t n = 16ull << 20;
-  const kernels::DType moments =
-      c.zinf.optimizer_state_dtype == "bf16" ? kernels::DType::kBf16 : kernels::DType::kF32;
+  const kernels::DType moments = train::MomentType(c);
   std::vector<float> p(n, 0.01f), g(n, 1e-3f);
   std::vector<uint8_t> m(n * kernels::DTypeSize(moments), 0), v(m.size(), 0);
   std::vector<uint16_t> p16(n);
@@ -159,9 +159,8 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   const Config& c = cfg->config;
   const train::GptDims dims = train::GptDims::FromConfig(c.zinf.model);
   const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
-  const kernels::DType moments =
-      c.zinf.optimizer_state_dtype == "bf16" ? kernels::DType::kBf16 : kernels::DType::kF32;
-  const uint64_t per_param = 4 + 2 * kernels::DTypeSize(moments);
+  const kernels::DType moments = train::MomentType(c);
+  const uint64_t per_param = train::StateBytesPerParam(c);
 
   train::PlanInputs in;
   in.dims = dims;
@@ -175,8 +174,7 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
   eo.micro_batches = in.micro_batches;
   eo.moment_type = moments;
-  in.pinned_budget = c.zinf.budgets.pinned_bytes.value_or(
-      std::min(train::PinnedBytesWanted(dims, eo), AutoPinnedCap()));
+  in.pinned_budget = train::AutoPinnedBudget(dims, c, eo);
   std::vector<std::string> dirs = c.zinf.stripe_paths;
   if (dirs.empty()) dirs.push_back(c.SwapDir());
   for (const auto& d : dirs) in.swap_free_bytes += FreeBytes(d);

@@ -6,16 +6,9 @@
 
 #include "offload/optimizer_pipeline.h"
 #include "src/base/units.h"
+#include "src/train/sizing.h"
 
 namespace zinf::train {
-
-namespace {
-
-kernels::DType Moments(const Config& c) {
-  return c.zinf.optimizer_state_dtype == "bf16" ? kernels::DType::kBf16 : kernels::DType::kF32;
-}
-
-}  // namespace
 
 Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placement,
              const PlanRates& rates) {
@@ -27,8 +20,7 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   const bool params_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
   const bool swap = state_nvme || params_nvme;
-  const kernels::DType moments = Moments(c);
-  const uint64_t per_param = 4 + 2 * kernels::DTypeSize(moments);
+  const kernels::DType moments = MomentType(c);
   const uint64_t max_n = d.MaxUnitParams();
   const uint64_t grad_elem = in.micro_batches == 1 ? 2 : 4;
   auto page = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
@@ -54,15 +46,8 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   b.nvme_param16 = swap ? p16_bytes : 0;
   b.nvme_grads = swap ? grad_bytes : 0;
   b.cache_wanted = p16_bytes + grad_bytes;
-  // The swap file as zinf train sizes it (SwapBytes): extents padded to the stripe and a block.
-  const uint64_t slack = c.zinf.stripe_bytes + 4096;
-  if (swap) {
-    for (uint32_t u = 0; u < d.units(); ++u) {
-      b.swap_file += 6 * d.UnitParams(u) + 2 * slack;
-      if (placement.in_memory[u]) continue;
-      b.swap_file += in.state_generations * (per_param * d.UnitParams(u) + 3 * slack);
-    }
-  }
+  // The swap file as zinf train sizes it.
+  if (swap) b.swap_file = SwapBytes(d, c, in.state_generations, placement.in_memory);
 
   // NVMe bytes per step.
   if (swap) {

@@ -24,6 +24,7 @@
 #include "src/train/placement.h"
 #include "src/train/planner.h"
 #include "src/train/ranks.h"
+#include "src/train/sizing.h"
 #include "src/train/weights_io.h"
 
 namespace zinf::train {
@@ -38,31 +39,6 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The Adam moments' type (zinf.optimizer_state_dtype).
-kernels::DType MomentType(const Config& c) {
-  return c.zinf.optimizer_state_dtype == "bf16" ? kernels::DType::kBf16 : kernels::DType::kF32;
-}
-
-// Bytes of optimizer state a parameter: fp32 master weights and two moments (12, or 8 with
-// bf16 moments).
-uint64_t StateBytesPerParam(const Config& c) { return 4 + 2 * kernels::DTypeSize(MomentType(c)); }
-
-// Swap file capacity: every unit's gradient and 16-bit copy and, for the units whose optimizer
-// state is on NVMe, its fp32 master and moments, each extent rounded up to the stripe unit
-// (SwapSpace aligns extents to it) plus an O_DIRECT block; with checkpoints, further
-// generations of those units' state.
-uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
-                   const std::vector<char>& state_in_memory) {
-  const uint64_t slack = c.zinf.stripe_bytes + 4096;
-  uint64_t total = 0;
-  for (uint32_t u = 0; u < d.units(); ++u) {
-    total += 6 * d.UnitParams(u) + 2 * slack;
-    if (u < state_in_memory.size() && state_in_memory[u]) continue;
-    total += generations * (StateBytesPerParam(c) * d.UnitParams(u) + 3 * slack);
-  }
-  return total;
 }
 
 // Whether two paths name the same file or directory (both exist).
@@ -358,14 +334,11 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   // optimizer's slabs), within what the machine allows: a small model does not lock 2 GiB.
   Config rc = c;
   if (!rc.zinf.budgets.pinned_bytes) {
-    // With NVMe, at least one aio.block_size (what the config's check asks of any budget).
-    const uint64_t wanted =
-        std::max<uint64_t>(PinnedBytesWanted(dims, eo), UsesNvme(c) ? c.aio.block_size : 0);
-    const uint64_t cap = AutoPinnedCap();
-    rc.zinf.budgets.pinned_bytes = std::min(wanted, cap);
+    const uint64_t wanted = PinnedBytesWanted(dims, eo);
+    rc.zinf.budgets.pinned_bytes = AutoPinnedBudget(dims, c, eo);
     Log().info("train: pinned budget auto: {} ({} bytes; the run wants {}, the machine allows {})",
                FormatBytesHuman(*rc.zinf.budgets.pinned_bytes), *rc.zinf.budgets.pinned_bytes,
-               FormatBytesHuman(wanted), FormatBytesHuman(cap));
+               FormatBytesHuman(wanted), FormatBytesHuman(AutoPinnedCap()));
   }
   // Each unit's optimizer state on NVMe or in memory (--placement, zinf.budgets.host_bytes; a
   // resume keeps its checkpoint's).

@@ -33,6 +33,9 @@ TEST(PlanCliTest, PredictsTheBytesARunThenMeasures) {
   TempDir dir;
   std::ofstream(dir / "file.json") << R"({"optimizer_state": {"embedding": "memory"}})";
   std::ofstream(dir / "small_aio.json") << R"({"aio": {"block_size": "128K"}})";
+  // 4M blocks: more than the tiny model's pinned wants (its slabs and shards), so an automatic
+  // budget (--pinned-budget auto) is one block, in the plan as in the run.
+  std::ofstream(dir / "big_aio.json") << R"({"aio": {"block_size": "4M"}})";
   struct Case {
     std::string name, flags;
   };
@@ -45,6 +48,7 @@ TEST(PlanCliTest, PredictsTheBytesARunThenMeasures) {
       {"bf16", " --optimizer-state-dtype bf16 --host-budget 100K"},
       {"short_pinned", " --pinned-budget 640K --config " + dir / "small_aio.json"},
       {"shorter_pinned", " --pinned-budget 680K --config " + dir / "small_aio.json"},
+      {"auto_pinned", " --pinned-budget auto --config " + dir / "big_aio.json"},
   };
   for (const Case& c : cases) {
     std::string flags = TinyNvme(6, dir) + c.flags;
@@ -59,6 +63,7 @@ TEST(PlanCliTest, PredictsTheBytesARunThenMeasures) {
     const nlohmann::json s = ReadJson(summary);
     EXPECT_EQ(plan["bytes"]["host"]["optimizer_state"], s["optimizer_state_memory_bytes"])
         << c.name;
+    EXPECT_EQ(plan["bytes"]["pinned"]["budget"], s["pinned_budget_bytes"]) << c.name;
     EXPECT_EQ(plan["bytes"]["nvme"]["optimizer_state"], s["optimizer_state_nvme_bytes"]) << c.name;
     EXPECT_EQ(plan["bytes"]["nvme"]["param16"], s["param16_bytes"]) << c.name;
     EXPECT_EQ(plan["bytes"]["nvme"]["gradients"], s["gradient_bytes"]) << c.name;

@@ -1,0 +1,34 @@
+#include "src/train/sizing.h"
+
+#include <algorithm>
+
+#include "src/runtime/offload_runtime.h"
+
+namespace zinf::train {
+
+kernels::DType MomentType(const Config& c) {
+  return c.zinf.optimizer_state_dtype == "bf16" ? kernels::DType::kBf16 : kernels::DType::kF32;
+}
+
+uint64_t StateBytesPerParam(const Config& c) { return 4 + 2 * kernels::DTypeSize(MomentType(c)); }
+
+uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
+                   const std::vector<char>& state_in_memory) {
+  const uint64_t slack = c.zinf.stripe_bytes + 4096;
+  uint64_t total = 0;
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    total += 6 * d.UnitParams(u) + 2 * slack;
+    if (u < state_in_memory.size() && state_in_memory[u]) continue;
+    total += generations * (StateBytesPerParam(c) * d.UnitParams(u) + 3 * slack);
+  }
+  return total;
+}
+
+uint64_t AutoPinnedBudget(const GptDims& d, const Config& c, const ExecutorOptions& eo) {
+  if (c.zinf.budgets.pinned_bytes) return *c.zinf.budgets.pinned_bytes;
+  const uint64_t wanted =
+      std::max<uint64_t>(PinnedBytesWanted(d, eo), UsesNvme(c) ? c.aio.block_size : 0);
+  return std::min(wanted, AutoPinnedCap());
+}
+
+}  // namespace zinf::train

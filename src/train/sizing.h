@@ -1,0 +1,37 @@
+// src/train/sizing.h — what a run sizes from its config before anything is allocated: the Adam
+// moments' type, the optimizer state's bytes a parameter, the swap file's capacity and the
+// automatic pinned budget. `zinf train` (trainer.cc) and `zinf plan` (planner.cc, cmd_plan.cc)
+// both call these, so the plan cannot drift from what the run then does.
+//
+// Contract.
+// - MomentType: zinf.optimizer_state_dtype ("bf16" -> bf16, else fp32).
+// - StateBytesPerParam: fp32 master weights and two moments (12 bytes, or 8 with bf16 moments).
+// - SwapBytes: every unit's 16-bit weights and gradient (6 bytes a parameter: the gradient at
+//   fp32) and, for the units whose optimizer state is on NVMe (`state_in_memory[u]` false or
+//   absent), `generations` copies of that state; each extent rounded up to the stripe unit
+//   (SwapSpace aligns extents to it) plus an O_DIRECT block.
+// - AutoPinnedBudget: the pinned budget of a run whose config leaves zinf.budgets.pinned_bytes
+//   unset: what the run wants (PinnedBytesWanted), at least one aio.block_size when it uses
+//   NVMe (what the config's check asks of any budget), at most AutoPinnedCap() (a quarter of
+//   the memory available now, at most 2 GiB). With the budget set, that budget.
+//
+// Thread-safety: plain functions over values (AutoPinnedBudget reads /proc/meminfo).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/dtype.h"
+#include "src/config/config.h"
+#include "src/train/executor.h"
+#include "src/train/gpt.h"
+
+namespace zinf::train {
+
+kernels::DType MomentType(const Config& c);
+uint64_t StateBytesPerParam(const Config& c);
+uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
+                   const std::vector<char>& state_in_memory);
+uint64_t AutoPinnedBudget(const GptDims& d, const Config& c, const ExecutorOptions& eo);
+
+}  // namespace zinf::train
