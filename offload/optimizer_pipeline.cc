@@ -94,7 +94,8 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
                                                    const kernels::AdamHyper& hyper,
                                                    const std::function<void(size_t)>* on_unit_written,
                                                    const UpdatedFn* on_unit_updated,
-                                                   StepHashing* hashing) {
+                                                   StepHashing* hashing,
+                                                   const GateFn* before_grad) {
   const size_t count = units.size();
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUnit& u = units[i];
@@ -239,8 +240,26 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       std::lock_guard lock(st.mu);
       if (!st.error.ok()) break;
     }
+    std::array<Extent, kStateRoles> outs = {u.master_out, u.exp_avg_out, u.exp_avg_sq_out};
+    if (before_grad != nullptr) {
+      if (Status g = (*before_grad)(i, &outs); !g.ok()) { failure = g; break; }
+      const uint64_t mb = StateRoleBytes(kExpAvgState, u.n, options_.moment_type);
+      const bool resident = u.in_memory[0] != nullptr;
+      if ((outs[0].bytes != 0 && (resident || outs[0].bytes != 4 * u.n)) ||
+          (outs[1].bytes != 0 && (resident || outs[1].bytes != mb)) ||
+          (outs[2].bytes != 0 && (resident || outs[2].bytes != mb))) {
+        failure = InvalidArgument(fmt::format(
+            "optimizer unit {}: the gate's output extents must hold 4n, {}n and {}n bytes for "
+            "n = {} (none for state in memory)",
+            i, kernels::DTypeSize(options_.moment_type), kernels::DTypeSize(options_.moment_type),
+            u.n));
+        break;
+      }
+    }
     if (Status g = acquire_grad(i); !g.ok()) { failure = g; break; }
-    if (Status g = acquire_grad(i + 1); !g.ok()) { failure = g; break; }
+    if (before_grad == nullptr) {  // the next unit's gradient may not be final yet
+      if (Status g = acquire_grad(i + 1); !g.ok()) { failure = g; break; }
+    }
     const void* grad = u.grad;
     if (grad_leases[i]) {
       auto p = grad_leases[i]->Wait();
@@ -334,9 +353,9 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       return written.bytes != 0 ? &written : &read;
     };
     const std::pair<const Extent*, uint64_t> parts[4] = {
-        {out(u.master_out, u.master), l.master},
-        {out(u.exp_avg_out, u.exp_avg), l.exp_avg},
-        {out(u.exp_avg_sq_out, u.exp_avg_sq), l.exp_avg_sq},
+        {out(outs[kMasterState], u.master), l.master},
+        {out(outs[kExpAvgState], u.exp_avg), l.exp_avg},
+        {out(outs[kExpAvgSqState], u.exp_avg_sq), l.exp_avg_sq},
         {&u.param16, l.param16}};
     for (auto [ext, off] : parts) {
       if (ext->bytes == 0) continue;

@@ -136,12 +136,22 @@ class OptimizerPipeline {
   // fails, a unit given to on_unit_updated without its on_unit_written is not known to be
   // written home (its writes failed or were never submitted): the caller must not trust its
   // home; after a failure Step takes no further gradient leases.
+  // before_grad (optional) is called on the calling thread before unit i's gradient is
+  // leased, after its reads were submitted: it may block until that gradient is final (a
+  // step started during the backward that produces the gradients, its state read meanwhile)
+  // and `hyper` may change until it returns for the first unit; an error from it stops the
+  // step as an I/O error does (nothing more is leased; what is in flight is waited for). With
+  // it, no gradient is leased ahead of its unit. It may say where the unit's new state goes
+  // (`state_out`, by StateRole, preset to the unit's own *_out; checked as those are): where a
+  // checkpoint still being committed decides it, the caller knows only then.
   using UpdatedFn = std::function<void(size_t unit, const void* param16)>;
+  using GateFn = std::function<Status(size_t unit, std::array<Extent, kStateRoles>* state_out)>;
   Result<OptimizerStepStats> Step(std::span<const OptimizerUnit> units,
                                   const kernels::AdamHyper& hyper,
                                   const std::function<void(size_t)>* on_unit_written = nullptr,
                                   const UpdatedFn* on_unit_updated = nullptr,
-                                  StepHashing* hashing = nullptr);
+                                  StepHashing* hashing = nullptr,
+                                  const GateFn* before_grad = nullptr);
 
   uint64_t slab_bytes() const { return slab_bytes_; }
   // The bytes of one slab for units of up to max_unit_elems, their parts padded to `align` (the

@@ -247,11 +247,13 @@ offload::SealOptions LayerExecutor::SealPlan() const {
     o.max_leases[kDev][kP16] = 1;
   }
   // Gradients in the host tier: the hand-overs in flight during backward, or the optimizer
-  // pipeline's two (a unit's and the next one's) under the forward; never both at once
-  // (ForwardBackward finishes the optimizer step before backward, and the overlapped Adam waits
-  // for the hand-overs before it leases).
-  o.max_leases[kHost][kGrad] =
-      std::max<uint32_t>(kHandOverDepth, options_.optimizer_on_nvme ? 2 : 1);
+  // pipeline's two (a unit's and the next one's) under the forward. A pipeline started during
+  // the last backward (gated) leases one unit's at a time beside the hand-overs (with
+  // overlap_adam its Adam runs while backward goes on; across ranks the training thread's
+  // reduction of a unit waits for the hand-overs first).
+  const bool gated = options_.optimizer_on_nvme && options_.async_optimizer;
+  o.max_leases[kHost][kGrad] = std::max<uint32_t>(kHandOverDepth + (gated ? 1 : 0),
+                                                  options_.optimizer_on_nvme ? 2 : 1);
   o.spare = {0, 1};  // one host slot per size for a copy in transfer
   return o;
 }

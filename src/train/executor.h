@@ -220,6 +220,13 @@ class LayerExecutor {
   // are final, overlapping the next unit's backward on the device; OptimizerStep is then not
   // called for this step. A non-finite gradient then fails the call (Aborted): units updated
   // before it cannot be undone.
+  // With the state on NVMe (and async_optimizer, not ZeRO-1..3) the last micro-batch starts the
+  // step's optimizer pipeline before its backward, gated: the first units' state is read while
+  // backward computes. With `overlap` it takes the units in backward order and each unit's Adam
+  // runs (on the pipeline's thread) once that unit's gradient is final; without, in unit order,
+  // once OptimizerStep gives the hyper-parameters. If OptimizerStep is not called (a skipped
+  // step: DiscardGradients; or Evaluate, FinishOptimizerStep) the step is stopped before any
+  // Adam and undone: nothing was written. The backward uses each unit's old weights meanwhile.
   Result<MicroBatchResult> ForwardBackward(const int32_t* tokens, const int32_t* targets,
                                            float loss_scale, float accumulate_scale, bool first,
                                            bool last, const kernels::AdamHyper* overlap = nullptr);
@@ -416,7 +423,10 @@ class LayerExecutor {
   std::shared_future<Status> state_hold_;
   // The units as the pipeline sees them for a step of `units` (reading the current generation,
   // writing the target one), the hashing it does, and, once done, the bookkeeping.
-  Result<std::vector<offload::OptimizerUnit>> StepUnits(std::span<const uint32_t> units);
+  Result<std::vector<offload::OptimizerUnit>> StepUnits(std::span<const uint32_t> units,
+                                                        bool resolve_writes = true);
+  // Where a unit on NVMe writes this step's state (the generation no checkpoint names).
+  Status ResolveWrites(uint32_t unit, offload::OptimizerUnit* ou);
   void PrepareHashing(std::span<const uint32_t> units, offload::StepHashing* h);
   void StepDone(std::span<const uint32_t> units, const offload::StepHashing& h);
   Status WaitStateHold();
@@ -495,6 +505,25 @@ class LayerExecutor {
   std::mutex opt_mu_;
   std::condition_variable opt_cv_;
   std::vector<char> unit_written_;  // GUARDED_BY(opt_mu_)
+  // Starts the asynchronous step over `order` (units in the order the pipeline takes them).
+  // Gated: started during the last micro-batch's backward, its state read meanwhile, each
+  // unit's Adam waiting until OpenGate(unit) says its gradient is final (and opt_hyper_ set);
+  // the unit's 16-bit weights are left to the prefetcher until then (backward still uses them).
+  Status StartAsyncStep(std::vector<uint32_t> order, bool gated);
+  // The unit's gradient is final and opt_hyper_ holds the step's hyper-parameters: its Adam
+  // may run (training thread).
+  Status OpenGate(uint32_t unit);
+  // A gated step whose gates are not all open is stopped (its Adam never runs for the units
+  // still gated): true when it had opened none (nothing was written; the step is undone).
+  bool AbortGatedStep();
+  std::vector<uint32_t> opt_order_;   // the running async step's units, in its order
+  bool opt_gated_ = false;            // the running async step waits at gates
+  uint32_t gates_opened_ = 0;         // training thread
+  std::vector<char> gate_open_;       // GUARDED_BY(opt_mu_), by unit
+  bool gate_abort_ = false;           // GUARDED_BY(opt_mu_)
+  // By unit: where its new state goes, chosen when its gate opened. GUARDED_BY(opt_mu_)
+  std::vector<std::array<offload::Extent, offload::kStateRoles>> gate_outs_;
+  offload::OptimizerPipeline::GateFn opt_gate_;
   double grad_sum_squares_ = 0;
   bool moments_zero_at_home_ = true;  // no optimizer step has written the NVMe moments yet
   ExecutorStats stats_;

@@ -124,31 +124,35 @@ Status LayerExecutor::InitWeights(uint64_t seed) {
 }
 
 Result<std::vector<offload::OptimizerUnit>> LayerExecutor::StepUnits(
-    std::span<const uint32_t> units) {
+    std::span<const uint32_t> units, bool resolve_writes) {
   std::vector<offload::OptimizerUnit> out;
   for (uint32_t u : units) {
     offload::OptimizerUnit ou = opt_units_[u];
-    if (!StateOnNvme(u)) {  // its arrays, updated in place (OptimizerUnit::in_memory)
-      out.push_back(ou);
-      continue;
-    }
-    const int cur = cur_gen_[u];
-    // A checkpoint names the current generation: write one it does not.
-    ZINF_ASSIGN_OR_RETURN(const int target, WriteGeneration(u));
-    next_gen_[u] = static_cast<uint8_t>(target);
-    const auto& r = state_ext_[cur][u];
-    ou.master = r[offload::kMasterState];
-    ou.exp_avg = r[offload::kExpAvgState];
-    ou.exp_avg_sq = r[offload::kExpAvgSqState];
-    if (target != cur) {
-      const auto& w = state_ext_[target][u];
-      ou.master_out = w[offload::kMasterState];
-      ou.exp_avg_out = w[offload::kExpAvgState];
-      ou.exp_avg_sq_out = w[offload::kExpAvgSqState];
+    if (StateOnNvme(u)) {  // else its arrays, updated in place (OptimizerUnit::in_memory)
+      const auto& r = state_ext_[cur_gen_[u]][u];
+      ou.master = r[offload::kMasterState];
+      ou.exp_avg = r[offload::kExpAvgState];
+      ou.exp_avg_sq = r[offload::kExpAvgSqState];
+      if (resolve_writes) ZINF_RETURN_IF_ERROR(ResolveWrites(u, &ou));
     }
     out.push_back(ou);
   }
   return out;
+}
+
+Status LayerExecutor::ResolveWrites(uint32_t u, offload::OptimizerUnit* ou) {
+  if (!StateOnNvme(u)) return Status::Ok();
+  const int cur = cur_gen_[u];
+  // A checkpoint names the current generation: write one it does not.
+  ZINF_ASSIGN_OR_RETURN(const int target, WriteGeneration(u));
+  next_gen_[u] = static_cast<uint8_t>(target);
+  if (target != cur) {
+    const auto& w = state_ext_[target][u];
+    ou->master_out = w[offload::kMasterState];
+    ou->exp_avg_out = w[offload::kExpAvgState];
+    ou->exp_avg_sq_out = w[offload::kExpAvgSqState];
+  }
+  return Status::Ok();
 }
 
 void LayerExecutor::PrepareHashing(std::span<const uint32_t> units, offload::StepHashing* h) {
@@ -237,6 +241,16 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
   auto t0 = Clock::now();
   offload::TierManager& tm = *rt_.tiers;
   offload::OptimizerStepStats st;
+  if (opt_running_ && opt_gated_ && gates_opened_ == 0) {
+    // Started during the last backward (its first units' state read meanwhile): the step's
+    // hyper-parameters are known now, every gradient is final.
+    {
+      std::lock_guard lock(opt_mu_);
+      opt_hyper_ = hyper;
+    }
+    for (uint32_t u : opt_order_) ZINF_RETURN_IF_ERROR(OpenGate(u));
+    return st;  // empty: the step's stats arrive when it finishes
+  }
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   ZINF_RETURN_IF_ERROR(WaitStateHold());
   if (partitioned_) {
@@ -252,48 +266,9 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
     return st;
   }
   if (pipeline_ != nullptr && options_.async_optimizer) {
-    // All units through the pipeline, on its own thread, under the next forward: each unit's
-    // new param16 is usable once its writes completed (the callback marks it; stale copies of
-    // the old weights are dropped by the tier manager).
-    moments_zero_at_home_ = false;
+    // All units through the pipeline, on its own thread, under the next forward.
     opt_hyper_ = hyper;
-    {
-      std::lock_guard lock(opt_mu_);
-      unit_written_.assign(dims_.units(), 0);
-    }
-    // Each unit's new param16 goes into the host tier as soon as its Adam is done (when there
-    // is room): the forward uses it without waiting for the NVMe write and reading it back.
-    opt_on_updated_ = [this](size_t u, const void* param16) {
-      auto installed = rt_.tiers->InstallPending(p16_[u], param16);
-      if (!installed.ok() || !*installed) return;  // the forward waits for the write instead
-      std::lock_guard lock(opt_mu_);
-      unit_written_[u] = 1;
-      opt_cv_.notify_all();
-    };
-    opt_on_written_ = [this](size_t u) {
-      rt_.tiers->HomeRewritten(p16_[u]);  // ends an installed copy's hold, else drops old ones
-      std::lock_guard lock(opt_mu_);
-      unit_written_[u] = 1;
-      opt_cv_.notify_all();
-    };
-    // The prefetcher leaves the 16-bit weights alone until each unit's new ones are known
-    // (installed or written): reading the old ones now would be wasted, and would keep the
-    // install out.
-    ZINF_ASSIGN_OR_RETURN(opt_step_units_, StepUnits(all_units_));
-    for (auto id : p16_) rt_.tiers->BeginRewrite(id);
-    PrepareHashing(all_units_, &opt_hashing_);
-    opt_running_ = true;
-    opt_future_ = std::async(std::launch::async, [this]() -> Result<offload::OptimizerStepStats> {
-      auto r = pipeline_->Step(opt_step_units_, opt_hyper_, &opt_on_written_, &opt_on_updated_,
-                               &opt_hashing_);
-      if (!r.ok()) {
-        for (auto id : p16_) rt_.tiers->EndPending(id, false);  // not known to be home
-      }
-      std::lock_guard lock(opt_mu_);
-      std::fill(unit_written_.begin(), unit_written_.end(), 1);  // nobody waits forever
-      opt_cv_.notify_all();
-      return r;
-    });
+    ZINF_RETURN_IF_ERROR(StartAsyncStep(all_units_, /*gated=*/false));
     return st;  // empty: the step's stats arrive when it finishes
   }
   if (pipeline_ != nullptr) {
@@ -321,19 +296,133 @@ void LayerExecutor::WaitUnitWritten(uint32_t unit) {
   if (!opt_running_) return;
   auto t0 = Clock::now();
   std::unique_lock lock(opt_mu_);
-  opt_cv_.wait(lock, [&] { return unit_written_[unit] != 0; });
+  // A unit whose gate is closed (a gated step still waiting for its gradient: the backward
+  // that produces it uses these weights) keeps its old weights.
+  opt_cv_.wait(lock, [&] { return unit_written_[unit] != 0 || gate_open_[unit] == 0; });
   stats_.optimizer_wait_seconds += Since(t0);
+}
+
+Status LayerExecutor::StartAsyncStep(std::vector<uint32_t> order, bool gated) {
+  moments_zero_at_home_ = false;
+  opt_order_ = std::move(order);
+  opt_gated_ = gated;
+  gates_opened_ = 0;
+  {
+    std::lock_guard lock(opt_mu_);
+    unit_written_.assign(dims_.units(), 0);
+    gate_open_.assign(dims_.units(), gated ? 0 : 1);
+    gate_outs_.assign(dims_.units(), {});
+    gate_abort_ = false;
+  }
+  // Each unit's new param16 goes into the host tier as soon as its Adam is done (when there
+  // is room): the forward uses it without waiting for the NVMe write and reading it back.
+  // Otherwise it is usable once its writes completed (the callback marks it; stale copies of
+  // the old weights are dropped by the tier manager).
+  opt_on_updated_ = [this](size_t i, const void* param16) {
+    const uint32_t u = opt_order_[i];
+    auto installed = rt_.tiers->InstallPending(p16_[u], param16);
+    if (!installed.ok() || !*installed) return;  // the forward waits for the write instead
+    std::lock_guard lock(opt_mu_);
+    unit_written_[u] = 1;
+    opt_cv_.notify_all();
+  };
+  opt_on_written_ = [this](size_t i) {
+    const uint32_t u = opt_order_[i];
+    rt_.tiers->HomeRewritten(p16_[u]);  // ends an installed copy's hold, else drops old ones
+    std::lock_guard lock(opt_mu_);
+    unit_written_[u] = 1;
+    opt_cv_.notify_all();
+  };
+  opt_gate_ = [this](size_t i, std::array<offload::Extent, offload::kStateRoles>* out) -> Status {
+    const uint32_t u = opt_order_[i];
+    std::unique_lock lock(opt_mu_);
+    opt_cv_.wait(lock, [&] { return gate_open_[u] != 0 || gate_abort_; });
+    if (gate_open_[u] != 0) {
+      *out = gate_outs_[u];  // the generation OpenGate chose
+      return Status::Ok();
+    }
+    return Aborted(fmt::format("the optimizer step of {} was stopped before its Adam: its "
+                               "gradients were never final (the backward or the step that "
+                               "produces them failed or was skipped)",
+                               dims_.UnitName(u)));
+  };
+  // The prefetcher leaves the 16-bit weights alone until each unit's new ones are known
+  // (installed or written): reading the old ones now would be wasted, and would keep the
+  // install out. A gated step's units are still used by backward: each is left alone from
+  // its gate on, and its writes are placed then (after the hold of a checkpoint being
+  // committed, which may release the generation they go to).
+  ZINF_ASSIGN_OR_RETURN(opt_step_units_, StepUnits(opt_order_, /*resolve_writes=*/!gated));
+  if (!gated) {
+    for (uint32_t u : opt_order_) rt_.tiers->BeginRewrite(p16_[u]);
+  }
+  PrepareHashing(opt_order_, &opt_hashing_);
+  opt_running_ = true;
+  opt_future_ = std::async(std::launch::async,
+                           [this, gated]() -> Result<offload::OptimizerStepStats> {
+    auto r = pipeline_->Step(opt_step_units_, opt_hyper_, &opt_on_written_, &opt_on_updated_,
+                             &opt_hashing_, gated ? &opt_gate_ : nullptr);
+    if (!r.ok()) {
+      std::vector<char> began;  // the units whose rewrite began (BeginRewrite)
+      {
+        std::lock_guard lock(opt_mu_);
+        began = gate_open_;
+      }
+      for (uint32_t u : opt_order_) {
+        if (began[u] != 0) rt_.tiers->EndPending(p16_[u], false);  // not known to be home
+      }
+    }
+    std::lock_guard lock(opt_mu_);
+    std::fill(unit_written_.begin(), unit_written_.end(), 1);  // nobody waits forever
+    opt_cv_.notify_all();
+    return r;
+  });
+  return Status::Ok();
+}
+
+Status LayerExecutor::OpenGate(uint32_t unit) {
+  // The first Adam of the step waits for a checkpoint's commit that reads the state in memory
+  // and names the NVMe generation in use; then this unit's writes find their generation.
+  if (gates_opened_ == 0) ZINF_RETURN_IF_ERROR(WaitStateHold());
+  offload::OptimizerUnit resolved;  // the pipeline's own copy of the unit is not touched
+  ZINF_RETURN_IF_ERROR(ResolveWrites(unit, &resolved));
+  rt_.tiers->BeginRewrite(p16_[unit]);  // backward is done with the old weights
+  ++gates_opened_;
+  std::lock_guard lock(opt_mu_);
+  gate_outs_[unit] = {resolved.master_out, resolved.exp_avg_out, resolved.exp_avg_sq_out};
+  gate_open_[unit] = 1;
+  opt_cv_.notify_all();
+  return Status::Ok();
+}
+
+bool LayerExecutor::AbortGatedStep() {
+  {
+    std::lock_guard lock(opt_mu_);
+    gate_abort_ = true;
+    opt_cv_.notify_all();
+  }
+  return gates_opened_ == 0;
 }
 
 Status LayerExecutor::FinishOptimizerStep() {
   if (!opt_running_) return Status::Ok();
   auto t0 = Clock::now();
+  // A gated step whose gates are not all open never gets them now (a skipped step, an
+  // evaluation before it, a failed backward): stopped. With none open nothing was written and
+  // the step is undone: the state is as before it, the gradients untouched.
+  const bool undone = opt_gated_ && gates_opened_ < opt_order_.size() && AbortGatedStep();
   opt_running_ = false;
+  opt_gated_ = false;
   Result<offload::OptimizerStepStats> r = opt_future_.get();
   stats_.optimizer_wait_seconds += Since(t0);
+  if (undone && (r.ok() || r.status().code() == StatusCode::kAborted)) {
+    if (pending_checkpoint_) {
+      std::exchange(pending_checkpoint_, nullptr)(TakeCheckpointState(pending_checkpoint_id_));
+    }
+    return Status::Ok();
+  }
   if (!r.ok() && pending_checkpoint_) std::exchange(pending_checkpoint_, nullptr)(r.status());
   ZINF_RETURN_IF_ERROR(r.status());
-  StepDone(all_units_, opt_hashing_);
+  StepDone(opt_order_, opt_hashing_);
   if (pending_checkpoint_) {
     std::exchange(pending_checkpoint_, nullptr)(TakeCheckpointState(pending_checkpoint_id_));
   }
@@ -348,6 +437,8 @@ Status LayerExecutor::FinishOptimizerStep() {
 }
 
 Status LayerExecutor::DiscardGradients() {
+  // A step prepared during the backward (gated) must not lease what is discarded: stopped.
+  if (opt_running_ && opt_gated_) ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   for (auto id : grad_) ZINF_RETURN_IF_ERROR(rt_.tiers->Discard(id));
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 #include "src/train/executor.h"
 
 // The layer executor's step: fetching weights, forward, backward and the gradient hand-over.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -138,6 +139,28 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   ZINF_ASSIGN_OR_RETURN(r.loss, ForwardAll(/*backward_follows=*/true));
   // The previous optimizer step has read its gradients before the shards are overwritten.
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
+  // With the state on NVMe the last micro-batch's backward starts this step's optimizer
+  // pipeline, gated: its first units' state is read while backward computes. With overlap
+  // it takes the units in backward order, each unit's Adam as soon as its gradient is final
+  // (on the pipeline's thread, its reads and writes beside backward); without, in unit order,
+  // its Adam once OptimizerStep gives the step's clipping coefficient.
+  const bool gated = last && pipeline_ != nullptr && options_.async_optimizer && !partitioned_;
+  if (gated) {
+    std::vector<uint32_t> order = all_units_;
+    if (overlap != nullptr) {
+      std::reverse(order.begin(), order.end());
+      opt_hyper_ = *overlap;
+    }
+    ZINF_RETURN_IF_ERROR(StartAsyncStep(std::move(order), /*gated=*/true));
+  }
+  // A backward that fails stops the gated step at the first unit whose gradient is not final.
+  struct StopGated {
+    LayerExecutor* ex;
+    bool armed;
+    ~StopGated() {
+      if (armed) ex->AbortGatedStep();
+    }
+  } stop_gated{this, gated};
 
   // With overlap, a unit whose gradients are final is updated right after the next unit's
   // backward is enqueued (on a GPU the two then run at once).
@@ -163,6 +186,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
                                  "after it in backward order are already updated",
                                  d.UnitName(unit)));
     }
+    if (gated) return OpenGate(unit);  // the pipeline's thread updates it
     return StepUnit(unit, *overlap, &r.optimizer);
   };
 
@@ -236,6 +260,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   }
   stats_.grad_d2h_bytes = accumulator_->d2h_bytes();
   stats_.adam_seconds += r.optimizer.adam_seconds;
+  stop_gated.armed = false;
   return r;
 }
 

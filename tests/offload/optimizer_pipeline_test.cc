@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <thread>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -401,6 +405,126 @@ TEST_P(OptimizerPipelineTest, WriteErrorReachesTheCallerWithoutHanging) {
   EXPECT_EQ(stats.status().errno_value(), EIO);
   EXPECT_NE(stats.status().message().find("offset " + std::to_string(bad)), std::string::npos)
       << stats.status().message();
+  EXPECT_EQ(engine_->requests_in_flight(), 0u);
+}
+
+// A step started before its gradients are final (the executor starts it during the last
+// backward): each unit's state is read while its gate is shut, the gates open in any order of
+// time, and the result is bit for bit the ungated step; hyper may be set until the first gate
+// opens. A gate that fails stops the step with its error: the units before it are written, that
+// one and the ones after it are not, and nothing is left in flight.
+TEST_P(OptimizerPipelineTest, GatedStepReadsAheadAndWaitsForEachGradient) {
+  auto e = io::Engine::Create({.block_size = 128 << 10, .queue_depth = 8});
+  ASSERT_TRUE(e.ok());
+  Build(std::move(e).value());
+  OptimizerPipelineOptions o;
+  o.depth = GetParam();
+  o.adam.threads = 2;
+  auto pipe = OptimizerPipeline::Create(*space_, *pool_, 200000, o);
+  ASSERT_TRUE(pipe.ok()) << pipe.status().ToString();
+  kernels::AdamHyper h;  // set while the step already runs, before its first gate opens
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t opened = 0;
+  std::vector<uint64_t> read_at_gate;
+  OptimizerPipeline::GateFn gate = [&](size_t i, std::array<Extent, kStateRoles>*) -> Status {
+    read_at_gate.push_back(engine_->stats().bytes_read);
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return opened > i; });
+    return Status::Ok();
+  };
+  const uint64_t before = engine_->stats().bytes_read;
+  auto step = std::async(std::launch::async, [&] {
+    return (*pipe)->Step(units_, h, nullptr, nullptr, nullptr, &gate);
+  });
+  // Unit 0's gate is shut: the first `depth` units' state is read meanwhile.
+  uint64_t ahead = 0;
+  for (size_t k = 0; k < std::min<size_t>(o.depth, units_.size()); ++k) {
+    ahead += 12 * units_[k].n;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (engine_->stats().bytes_read - before < ahead &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GE(engine_->stats().bytes_read - before, ahead);
+  {
+    std::lock_guard lock(mu);
+    h.lr = 1e-2f;
+    h.weight_decay = 0.1f;
+    h.adamw = true;
+    h.step = 1;
+  }
+  for (size_t k = 0; k < units_.size(); ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::lock_guard lock(mu);
+    ++opened;
+    cv.notify_all();
+  }
+  auto stats = step.get();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->units, units_.size());
+  EXPECT_EQ(read_at_gate.size(), units_.size());
+  StepInMemory(h);
+  for (size_t k = 0; k < units_.size(); ++k) {
+    const uint64_t n = units_[k].n;
+    EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].master).data(), mem_[k].master.data(), 4 * n))
+        << "unit " << k;
+    EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].exp_avg_sq).data(), mem_[k].v.data(), 4 * n));
+    EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].param16).data(), mem_[k].p16.data(), 2 * n));
+  }
+
+  // A gate that says where unit 0's new state goes (another generation): it is written there,
+  // and its extents as the step was given keep the state above.
+  const std::vector<uint8_t> step1_master = ReadHome(units_[0].master);
+  const uint64_t n0 = units_[0].n;
+  std::array<Extent, kStateRoles> elsewhere = {*space_->Allocate(4 * n0),
+                                               *space_->Allocate(4 * n0),
+                                               *space_->Allocate(4 * n0)};
+  OptimizerPipeline::GateFn redirect = [&](size_t i, std::array<Extent, kStateRoles>* out) {
+    if (i == 0) *out = elsewhere;
+    return Status::Ok();
+  };
+  h.step = 2;
+  auto redirected = (*pipe)->Step(units_, h, nullptr, nullptr, nullptr, &redirect);
+  ASSERT_TRUE(redirected.ok()) << redirected.status().ToString();
+  StepInMemory(h);
+  EXPECT_EQ(0, std::memcmp(ReadHome(elsewhere[kMasterState]).data(), mem_[0].master.data(), 4 * n0));
+  EXPECT_EQ(0, std::memcmp(ReadHome(elsewhere[kExpAvgState]).data(), mem_[0].m.data(), 4 * n0));
+  EXPECT_TRUE(ReadHome(units_[0].master) == step1_master);
+  EXPECT_EQ(0, std::memcmp(ReadHome(units_[1].master).data(), mem_[1].master.data(),
+                           4 * units_[1].n));
+  // A gate given extents of the wrong size is refused, naming the unit.
+  OptimizerPipeline::GateFn wrong = [&](size_t i, std::array<Extent, kStateRoles>* out) {
+    if (i == 1) (*out)[kMasterState] = elsewhere[kMasterState];  // unit 0's size
+    return Status::Ok();
+  };
+  auto refused = (*pipe)->Step(units_, h, nullptr, nullptr, nullptr, &wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("optimizer unit 1"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(engine_->requests_in_flight(), 0u);
+
+  // A gate that fails at unit 2: units 0 and 1 updated again, 2.. keep the state above.
+  const std::vector<uint8_t> kept = ReadHome(units_[2].master);
+  OptimizerPipeline::GateFn failing = [](size_t i, std::array<Extent, kStateRoles>*) -> Status {
+    return i == 2 ? Aborted("backward failed") : Status::Ok();
+  };
+  std::vector<size_t> written;
+  std::function<void(size_t)> on_written = [&](size_t i) {
+    std::lock_guard lock(mu);
+    written.push_back(i);
+  };
+  h.step = 3;
+  auto failed = (*pipe)->Step(units_, h, &on_written, nullptr, nullptr, &failing);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kAborted);
+  EXPECT_NE(failed.status().message().find("backward failed"), std::string::npos);
+  std::sort(written.begin(), written.end());
+  EXPECT_EQ(written, (std::vector<size_t>{0, 1}));
+  EXPECT_TRUE(ReadHome(units_[2].master) == kept);
+  EXPECT_NE(0, std::memcmp(ReadHome(units_[0].master).data(), mem_[0].master.data(),
+                           4 * units_[0].n));
   EXPECT_EQ(engine_->requests_in_flight(), 0u);
 }
 
