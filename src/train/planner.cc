@@ -21,6 +21,7 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   const bool params_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
   const bool swap = state_nvme || params_nvme;
   const kernels::DType moments = MomentType(c);
+  const uint64_t per_param = StateBytesPerParam(c);
   const uint64_t max_n = d.MaxUnitParams();
   const uint64_t grad_elem = in.micro_batches == 1 ? 2 : 4;
   auto page = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
@@ -67,19 +68,37 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   p.adam_seconds = rates.adam_ns_per_param * 1e-9 * static_cast<double>(p.state_params);
   p.compute_seconds = rates.compute_seconds;
   if (state_nvme) {
-    // The optimizer pipeline runs under the next step's first forward, and backward waits for
-    // it: it hides behind that forward (2 of the 8 flops a parameter a token of forward,
-    // recompute and backward, of one micro-batch) and the rest of the compute follows it. Its
-    // time: the state's reads and writes and the new 16-bit weights' writes, or Adam when
-    // slower (the pipeline overlaps the two).
+    // The optimizer pipeline starts with the last micro-batch's backward. Without overlap_adam
+    // its Adam waits for the end of backward (the clipping coefficient), the state of its first
+    // slabs' units read meanwhile; it then runs under the next step's first forward (2 of the 8
+    // flops a parameter a token of forward, recompute and backward, of one micro-batch), and
+    // that step's backward waits for it. With overlap_adam it takes the units in backward order
+    // beside that backward (the other 6 of the 8), each unit's Adam as its gradient is final,
+    // and the next forward waits for it. Its time: the state's reads and writes and the new
+    // 16-bit weights' writes, or Adam when slower (the pipeline overlaps the two).
     const double r = rates.read_gbps * 1e9, w = rates.write_gbps * 1e9;
     const double state = static_cast<double>(b.nvme_state);
+    const bool overlap = c.zinf.overlap_adam;
+    const double per_mb = p.compute_seconds / in.micro_batches;
+    const double hidden_under = overlap ? 0.75 * per_mb : 0.25 * per_mb;
+    double read = state;
+    if (!overlap) {
+      // The first slabs' units (unit order), read under backward.
+      double ahead = 0;
+      for (uint32_t k = 0; k < std::min<uint32_t>(slabs, d.units()); ++k) {
+        if (k >= placement.in_memory.size() || !placement.in_memory[k]) {
+          ahead += static_cast<double>(per_param * d.UnitParams(k));
+        }
+      }
+      p.state_read_under_backward = std::min(ahead, state);
+      read -= p.state_read_under_backward;
+    }
     p.optimizer_seconds = std::max(
-        r > 0 && w > 0 ? state / r + (state + static_cast<double>(p16_bytes)) / w : 0.0,
+        r > 0 && w > 0 ? read / r + (state + static_cast<double>(p16_bytes)) / w : 0.0,
         p.adam_seconds);
-    const double forward = 0.25 * p.compute_seconds / in.micro_batches;
-    p.step_seconds = p.compute_seconds - forward + std::max(forward, p.optimizer_seconds);
-    p.bound = p.optimizer_seconds > forward
+    p.step_seconds =
+        p.compute_seconds - hidden_under + std::max(hidden_under, p.optimizer_seconds);
+    p.bound = p.optimizer_seconds > hidden_under
                   ? (p.optimizer_seconds > p.adam_seconds ? "compute + the optimizer's NVMe I/O"
                                                           : "compute + Adam")
                   : "compute";
@@ -165,6 +184,7 @@ nlohmann::json Plan::ToJson() const {
                   {"gradients", bytes.nvme_grads},
                   {"swap_file", bytes.swap_file}}}};
   j["nvme_read_bytes_per_step"] = nvme_read_per_step;
+  j["optimizer_state_read_under_backward_bytes"] = state_read_under_backward;
   j["nvme_write_bytes_per_step"] = nvme_write_per_step;
   j["seconds"] = {{"nvme", nvme_seconds},
                   {"adam", adam_seconds},

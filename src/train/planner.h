@@ -15,9 +15,12 @@
 //   state and new 16-bit weights written / write rate) runs under the next step's first
 //   forward, a quarter of one micro-batch's compute (2 of the 8 flops a parameter a token of
 //   forward, recompute and backward), and backward waits for it: step = compute - forward +
-//   max(forward, optimizer step); with the state in memory Adam follows backward: step =
-//   compute + Adam. Every NVMe byte of the step at those rates is a floor under it. The bound
-//   is the part that sets it.
+//   max(forward, optimizer step), the state of the pipeline's first zinf.pipeline_depth + 1
+//   units being read during the previous backward (not in the optimizer step's time); with
+//   zinf.overlap_adam the optimizer step runs beside the last micro-batch's backward (the
+//   other three quarters) instead: step = compute - backward + max(backward, optimizer step);
+//   with the state in memory Adam follows backward: step = compute + Adam. Every NVMe byte of
+//   the step at those rates is a floor under it. The bound is the part that sets it.
 // - fits: the swap file against the free space of its file system and the state in memory
 //   against zinf.budgets.host_bytes; when it does not fit, what would: 16-bit moments, a bigger
 //   host budget, a second drive (its size).
@@ -70,6 +73,9 @@ struct Plan {
   double nvme_read_per_step = 0, nvme_write_per_step = 0;
   double nvme_seconds = 0, adam_seconds = 0, compute_seconds = 0, step_seconds = 0;
   double optimizer_seconds = 0;  // the optimizer step: Adam, or its NVMe I/O when slower
+  // Without overlap_adam: the state of the pipeline's first units, read during the last
+  // backward (outside the optimizer step's time). With it the whole step runs beside backward.
+  double state_read_under_backward = 0;
   std::string bound;  // what sets the step: "compute", "compute + the optimizer's NVMe I/O", ...
   bool fits = true;
   std::vector<std::string> problems;     // why it does not fit, with the numbers
