@@ -4,12 +4,17 @@
 #
 #   bash bench/gpu_check.sh
 #
-# It (a) unpacks the carried Debian packages in .debs/ into /tmp/sysroot unless the caller has
-# already done so (../shared/device/README.md), (b) configures with CUDA for sm_90 into
+# It (a) unpacks the carried Debian packages in .debs/ (fetched here by bench/gpu_debs.sh) into
+# /tmp/sysroot unless the caller has already done so (../shared/device/README.md), pointing
+# CMake and pkg-config at them, (b) configures with CUDA for sm_90 into
 # build-gpu and builds with every core, (c) runs the gpu-labelled tests, (d) measures pinned
 # copy bandwidth and the MatmulForward rate (bench/gpu_bandwidth.cu), (e) runs a short
 # training on the GPU (`zinf train --device cuda`) with a device budget below the model's bf16
-# size (computed below for the CUDA backend), and prints a summary table LAST. Each part has its
+# size (computed below for the CUDA backend), (f) runs the Python package's tests under the
+# machine's python3 and torch with ZINF_TEST_DEVICE=cuda (zinf.torch.offload on CUDA tensors
+# against plain PyTorch on the GPU), (g) `zinf plan` with (e)'s flags on the GPU (its predicted
+# step time and bound beside (e)'s measured median), (h) a short `zinf train --device cuda` of
+# the default job (weights, gradients and Adam state on NVMe), and prints a summary table LAST. Each part has its
 # own timeout inside an overall deadline (ZINF_GPU_CHECK_SECONDS, default 345 s), so the whole
 # run stays under 6 minutes; a part killed by its timeout is reported as TIMED OUT with the last
 # stage that completed, and a watchdog stops the script 60 s past the deadline. A part that
@@ -19,7 +24,7 @@
 #
 # Results and logs go to $OUT when it is set (the device tool's folder; at most 8 files come
 # back), else to build-gpu/gpu-check: setup.log, ctest.log, bandwidth.json, train.log,
-# train.json, summary.txt.
+# train.json, python.log, nvme.log, summary.txt.
 #
 # Environment knobs (all optional):
 #   ZINF_GPU_CHECK_BUILD_DIR   build folder (default build-gpu)
@@ -30,6 +35,15 @@
 #                              --device, --steps or --summary-json, which the script sets)
 #   ZINF_GPU_CHECK_STEPS       training steps (default 20)
 #   ZINF_GPU_CHECK_SYSROOT     where .debs are unpacked (default /tmp/sysroot)
+#
+# Rehearsal without a GPU (do it before spending device time): `ZINF_GPU_CHECK_SYSROOT=/tmp/sr
+# ZINF_GPU_CHECK_SECONDS=3000 bash bench/gpu_check.sh` configures, builds and links against the
+# unpacked packages only (CMAKE_PREFIX_PATH and pkg-config point there first), runs the gpu tests
+# (they skip) and reports the GPU parts as not run.
+#
+# The run on a lent machine (one `run` call, carry [".debs"]):
+#   ZINF_GPU_CHECK_SECONDS=400 ZINF_GPU_CHECK_TARGETS="zinf zinf_shared gpu_bandwidth
+#   cuda_probe_test cuda_device_test cuda_layer_ops_test cuda_backend_test" bash bench/gpu_check.sh
 #
 # Exit status: 0 every part ran and passed, 1 a part failed, 2 no GPU answered.
 set -uo pipefail
@@ -95,9 +109,11 @@ kill "$watchdog_pid" 2>/dev/null
 summary_txt=$out_dir/summary.txt
 python3 - "${bw_json:-/nonexistent}" "${train_json:-/nonexistent}" "${result[build]:-not run}" \
   "${result[tests]:-not run}" "${result[train]:-not run}" "$((SECONDS - start_s))" \
-  "${train_used_flags:-}" "${result[watchdog]:-}" "$last_stage" >"$summary_txt" <<'PY'
+  "${train_used_flags:-}" "${result[watchdog]:-}" "$last_stage" "${result[python]:-not run}" \
+  "${result[nvme]:-not run}" "${plan_json:-/nonexistent}" >"$summary_txt" <<'PY'
 import json, sys
-bw_path, train_path, build, tests, train, elapsed, flags, watchdog, last = sys.argv[1:10]
+bw_path, train_path, build, tests, train, elapsed, flags, watchdog, last, python, nvme, \
+    plan_path = sys.argv[1:13]
 
 def load(path):
     try:
@@ -148,6 +164,15 @@ if "error" not in tr:
              ("NVMe read / write (GB)",
               num(tr, "nvme_read_bytes", "{:.2f}", 1e-9) + " / " +
               num(tr, "nvme_write_bytes", "{:.2f}", 1e-9))]
+pl = load(plan_path)
+if "error" not in pl:
+    t = pl.get("seconds", {})
+    rows.append(("zinf plan: predicted step (s) / bound",
+                 num(t, "step", "{:.4f}") + " / " + str(pl.get("bound", "?")) +
+                 "  (compute " + num(t, "compute", "{:.4f}") + ", adam " +
+                 num(t, "adam", "{:.4f}") + ")"))
+rows.append(("python3 tests on cuda (torch.offload)", python))
+rows.append(("train on NVMe (default job)", nvme))
 rows.append(("last completed stage", last))
 if watchdog:
     rows.append(("WATCHDOG", watchdog))
@@ -166,6 +191,7 @@ if [ $py_rc -ne 0 ]; then  # no python3: a plain table
     echo "zinf gpu_check summary"
     echo "build: ${result[build]:-}"; echo "tests: ${result[tests]:-}"
     echo "bandwidth: $(cat "${bw_json:-/dev/null}" 2>/dev/null)"; echo "train: ${result[train]:-}"
+    echo "python: ${result[python]:-}"; echo "nvme: ${result[nvme]:-}"
     echo "last completed stage: $last_stage"
     [ -n "${result[watchdog]:-}" ] && echo "WATCHDOG: ${result[watchdog]}"
     [ -f "${train_json:-}" ] && echo "train.json: $(cat "$train_json")"
@@ -203,6 +229,12 @@ if ! command -v pkg-config >/dev/null 2>&1 && [ -x "$sysroot/usr/bin/pkg-config"
   export PATH="$sysroot/usr/bin:$PATH"
 fi
 command -v pkg-config >/dev/null 2>&1 || note "no pkg-config: configure will fail (carry pkgconf pkgconf-bin libpkgconf3)"
+# The carried packages' .pc files name /usr: pkg-config prefixes the sysroot to their paths.
+# OpenBLAS's openblas.pc is reached on Debian through an alternatives link that is not carried.
+if [ -d "$sysroot/usr/lib/x86_64-linux-gnu/pkgconfig" ]; then
+  export PKG_CONFIG_SYSROOT_DIR=$sysroot
+  export PKG_CONFIG_LIBDIR=$sysroot/usr/lib/x86_64-linux-gnu/pkgconfig:$sysroot/usr/lib/x86_64-linux-gnu/openblas-pthread/pkgconfig:$sysroot/usr/share/pkgconfig
+fi
 
 # ---- (b) configure and build -----------------------------------------------------------------
 nvcc_bin=$(command -v nvcc || true)
@@ -264,6 +296,33 @@ if [ -f "$build_dir/CTestTestfile.cmake" ]; then
   trim "$ctest_log"
 else
   result[tests]="not run (no build)"
+fi
+
+# ---- (f) the Python package on CUDA tensors ----------------------------------------------------
+# tests/python under this machine's python3 and torch (not Debian's): zinf.torch.offload with the
+# model, the batches and zinf's device tier on the GPU, the AioHandle and CPUAdam cases as on the
+# CPU. ZINF_TEST_VERBOSE prints the loss and weight differences against plain PyTorch.
+python_log=$out_dir/python.log
+zinf_lib=$(ls "$build_dir"/src/capi/libzinf.so 2>/dev/null | head -1)
+if [ -z "$zinf_lib" ]; then
+  result[python]="not run: libzinf.so was not built"
+elif ! python3 -c "import torch; assert torch.cuda.is_available()" >>"$setup_log" 2>&1; then
+  result[python]="not run: python3's torch sees no GPU"
+else
+  note "python3 -m unittest (ZINF_TEST_DEVICE=cuda)"
+  py_cap=$(budget 90 150)
+  (cd tests/python && ZINF_TEST_DEVICE=cuda ZINF_TEST_VERBOSE=1 ZINF_LIBRARY="$PWD/../../$zinf_lib" \
+     PYTHONPATH="$PWD/../../python" PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+     timeout "$py_cap" python3 -m unittest -v test_torch_offload test_zinf test_engine) \
+    >"$python_log" 2>&1
+  py_rc=$?
+  ran=$(grep -oE "^Ran [0-9]+ tests?" "$python_log" | tail -1)
+  verdict=$(grep -E "^(OK|FAILED)" "$python_log" | tail -1)
+  diffs=$(grep -E "^max loss rel diff" "$python_log" | head -1 | cut -c1-120)
+  result[python]="$(outcome $py_rc "$py_cap"): ${ran:-no result} ${verdict:-}${diffs:+; $diffs}"
+  [ $py_rc -eq 0 ] && stage_done python
+  [ $py_rc -ne 0 ] && failed=1
+  trim "$python_log"
 fi
 
 # ---- (d) bandwidth probe ---------------------------------------------------------------------
@@ -347,6 +406,37 @@ else
   trim "$train_log"
 fi
 
+# ---- (g) zinf plan with the training's flags: predicted against (e)'s measured step ------------
+plan_json=$build_dir/plan.json
+rm -f "$plan_json"
+if [ -x "$build_dir/zinf" ] && [ $gpu_present -eq 1 ]; then
+  read -r -a plan_flags <<<"$train_used_flags"
+  plan_cap=$(budget 45 40)
+  note "zinf plan --device cuda $train_used_flags --json within $plan_cap s"
+  echo "---- zinf plan --device cuda ${plan_flags[*]} --json" >>"$train_log"
+  timeout "$plan_cap" "$build_dir/zinf" plan --device cuda "${plan_flags[@]}" --json \
+    >"$plan_json" 2>>"$train_log"
+  plan_rc=$?
+  cat "$plan_json" >>"$train_log"
+  [ $plan_rc -eq 0 ] && stage_done plan
+fi
+
+# ---- (h) the default job on the GPU: weights, gradients and Adam state on NVMe ------------------
+nvme_log=$out_dir/nvme.log
+if [ -x "$build_dir/zinf" ] && [ $gpu_present -eq 1 ]; then
+  nvme_cap=$(budget 60 5)
+  note "zinf train --device cuda --steps 10 (default job, NVMe) within $nvme_cap s"
+  timeout "$nvme_cap" "$build_dir/zinf" train --device cuda --steps 10 \
+    --swap-dir "$build_dir/nvme-swap" >"$nvme_log" 2>&1
+  nvme_rc=$?
+  last_step=$(grep -E "^step +[0-9]+/[0-9]+" "$nvme_log" | tail -1 | cut -c1-100)
+  result[nvme]="$(outcome $nvme_rc "$nvme_cap")${last_step:+: $last_step}"
+  [ $nvme_rc -eq 0 ] && stage_done nvme
+  [ $nvme_rc -ne 0 ] && failed=1
+  trim "$nvme_log"
+else
+  result[nvme]="not run (no zinf or no GPU)"
+fi
 
 print_summary
 if [ $failed -ne 0 ]; then exit 1; fi

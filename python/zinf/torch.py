@@ -27,8 +27,10 @@ The prefetcher learns the order from the first step (forward, backward, optimize
 ahead in the following ones; eviction keeps what is needed soonest.
 
 CPU tensors use the host-emulated device tier (device="host"); with device="cuda" the leases are
-device memory and the parameters CUDA tensors (__cuda_array_interface__), untested here for want
-of a GPU. Losses match plain PyTorch with torch.optim.AdamW up to the float32 noise of a
+device memory and the parameters CUDA tensors (__cuda_array_interface__). zinf does not see the
+caller's CUDA stream, so a device lease is not handed back while kernels queued on it may still
+read the copy: its release waits behind a CUDA event recorded on the current stream (released as
+soon as the event has passed, or at once when the leases run short). Losses match plain PyTorch with torch.optim.AdamW up to the float32 noise of a
 different (SIMD, fused) Adam arithmetic: tests/python/test_zinf.py states the tolerance.
 """
 import ctypes
@@ -39,6 +41,18 @@ from zinf import _lib
 from zinf.engine import Engine
 
 _EMPTY = torch.empty(1)
+_EMPTY_CUDA = None
+
+
+def _placeholder(shape, device):
+    """A tensor of `shape` with no memory of its own (one element, expanded), on the device
+    the parameter's copies live on (autograd checks a gradient's device against it)."""
+    global _EMPTY_CUDA
+    if device == "cuda":
+        if _EMPTY_CUDA is None:
+            _EMPTY_CUDA = torch.empty(1, device="cuda")
+        return _EMPTY_CUDA.expand(shape)
+    return _EMPTY.expand(shape)
 
 
 def _view(ptr, shape, dtype, device):
@@ -73,12 +87,26 @@ class OffloadedModule(torch.nn.Module):
 
     def __init__(self, module, config=None, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                  weight_decay=0.0, adamw_mode=True, bias_correction=True, param_home="nvme",
-                 state_home="nvme", grad_home="host", device="host", leases=8,
+                 state_home="nvme", grad_home="host", device="auto", leases=8,
                  adam_threads=0):
         super().__init__()
         self.module = module
+        on = {p.device.type for p in module.parameters()}
+        if device == "auto":
+            device = "cuda" if on == {"cuda"} else "host"
+        if device not in ("host", "cuda"):
+            raise ValueError(f"zinf.torch.offload: device {device!r}; expected 'auto', 'host' "
+                             "or 'cuda'")
+        want = "cuda" if device == "cuda" else "cpu"
+        if on - {want}:
+            raise ValueError(f"zinf.torch.offload: the module's parameters are on "
+                             f"{sorted(on)}; device={device!r} needs them on {want} (move the "
+                             f"module with .to('{want}') first)")
         self._device = device
         self._lr = lr
+        self._leases = leases
+        self._held = 0        # device leases acquired and not yet handed back to zinf
+        self._deferred = []   # (CUDA event, lease): released once the event has passed
         params = [(n, p) for n, p in module.named_parameters()]
         for n, p in params:
             if p.dtype != torch.float32:
@@ -113,10 +141,10 @@ class OffloadedModule(torch.nn.Module):
             self._units.append((m, owned))
         zeros = torch.zeros(max([r.nbytes for r in self._params.values()] + [4]) // 4)
         for rec in self._params.values():
-            e.write(rec.tid, rec.p.detach().contiguous())
+            e.write(rec.tid, rec.p.detach().to("cpu").contiguous())
             e.write(rec.m, zeros)
             e.write(rec.v, zeros)
-            rec.p.data = _EMPTY.expand(rec.shape)  # no memory of its own from here
+            rec.p.data = _placeholder(rec.shape, device)  # no memory of its own from here
             acc = rec.p.expand_as(rec.p).grad_fn.next_functions[0][0]
             acc.register_hook(self._grad_hook(rec))
             rec.hook = acc  # keep the node (and its hook) alive
@@ -133,7 +161,9 @@ class OffloadedModule(torch.nn.Module):
 
     # -- forward ---------------------------------------------------------------------------
     def _lease(self, rec, backward):
+        self._drain(need_slot=True)
         lease = self._engine.acquire(rec.tid, "device")
+        self._held += 1
         ptr = self._engine.wait(lease)
         rec.p.data = _view(ptr, rec.shape, torch.float32, self._device)
         if backward:
@@ -154,8 +184,32 @@ class OffloadedModule(torch.nn.Module):
             rec.lease = None
         if rec.lease is None and rec.bwd_lease is None:
             self._by_ptr.pop(rec.ptr, None)
-            rec.p.data = _EMPTY.expand(rec.shape)
+            rec.p.data = _placeholder(rec.shape, self._device)
+        if self._device == "cuda":
+            # Kernels queued on the current stream may still read the copy: zinf gets the
+            # lease back once they have run.
+            ev = torch.cuda.Event()
+            ev.record()
+            self._deferred.append((ev, lease))
+            self._drain(need_slot=False)
+        else:
+            self._give_back(lease)
+
+    def _give_back(self, lease):
+        self._held -= 1
         self._engine.release(lease, dirty=False)
+
+    def _drain(self, need_slot, everything=False):
+        """Hands back the deferred device leases whose kernels have run; with need_slot, waits
+        for the oldest ones until a lease is free; with everything, for all of them."""
+        while self._deferred:
+            ev, lease = self._deferred[0]
+            if not ev.query():
+                if not (everything or (need_slot and self._held >= self._leases)):
+                    break
+                ev.synchronize()
+            self._deferred.pop(0)
+            self._give_back(lease)
 
     def _pre_forward(self, owned):
         def hook(module, inputs):
@@ -175,7 +229,7 @@ class OffloadedModule(torch.nn.Module):
         if t.device.type != ("cuda" if self._device == "cuda" else "cpu"):
             return t
         try:
-            base = t.storage().data_ptr()
+            base = (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
         except (RuntimeError, NotImplementedError):
             return t
         rec = self._by_ptr.get(base)
@@ -221,6 +275,7 @@ class OffloadedModule(torch.nn.Module):
     def step(self, lr=None):
         """Adam over every parameter with a gradient, then the end of the step."""
         e = self._engine
+        self._drain(need_slot=False, everything=True)
         for rec in self._params.values():
             if not rec.grad_started:
                 continue
@@ -255,6 +310,7 @@ class OffloadedModule(torch.nn.Module):
         return out
 
     def close(self):
+        self._drain(need_slot=False, everything=True)
         if getattr(self, "_adam", None):
             _lib.lib.zinf_adam_destroy(self._adam)
             self._adam = None
@@ -264,6 +320,7 @@ class OffloadedModule(torch.nn.Module):
 def offload(module, config=None, **kwargs):
     """Wraps `module` (see this module's docstring); keyword arguments: lr, betas, eps,
     weight_decay, adamw_mode, bias_correction (DeepSpeedCPUAdam's), param_home / state_home /
-    grad_home ("nvme" or "host"), device ("host", "cuda"), leases (device leases of parameters
+    grad_home ("nvme" or "host"), device ("auto": "cuda" when the module's parameters are CUDA
+    tensors, else "host"; "host"; "cuda"), leases (device leases of parameters
     held at once), adam_threads."""
     return OffloadedModule(module, config, **kwargs)

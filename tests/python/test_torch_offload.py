@@ -2,12 +2,18 @@
 20 steps with its parameters, gradients and Adam state in zinf's tiers (parameters and moments
 on NVMe, the device tier's budget smaller than the parameters alone), with losses equal to plain
 PyTorch training with torch.optim.AdamW within a stated tolerance, the budgets held (zinf's
-peaks), the prefetcher following the loop; and its refusals."""
+peaks), the prefetcher following the loop; and its refusals.
+
+ZINF_TEST_DEVICE=cuda runs the same cases with the model, the batches and zinf's device tier on
+the GPU (device="cuda"; the library built with CUDA, torch with CUDA): bench/gpu_check.sh does."""
 import copy
 import math
 import os
 import tempfile
 import unittest
+
+DEVICE = os.environ.get("ZINF_TEST_DEVICE", "cpu")
+ZINF_DEVICE = "cuda" if DEVICE == "cuda" else "host"
 
 try:
     import torch
@@ -36,7 +42,7 @@ if torch is not None:
             q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
                        for z in (q, k, v))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
-            mask = torch.ones(t, t, dtype=torch.bool).tril()
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(b, t, c)
             x = x + self.proj(y)
@@ -52,7 +58,7 @@ if torch is not None:
             self.head = torch.nn.Linear(c, vocab, bias=False)
 
         def forward(self, idx):
-            pos = torch.arange(idx.shape[1])
+            pos = torch.arange(idx.shape[1], device=idx.device)
             x = self.wte(idx) + self.wpe(pos)
             for blk in self.blocks:
                 x = blk(x)
@@ -72,16 +78,25 @@ def batches(steps, micro, b=4, seq=32, vocab=64):
 
 
 def loss_of(model, chunk):
+    chunk = chunk.to(DEVICE)
     logits = model(chunk[:, :-1])
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
 
 
+def storage_bytes(t):
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage().nbytes()
+    return t.storage().size() * t.element_size()
+
+
 @unittest.skipUnless(torch is not None, "torch is not installed")
+@unittest.skipUnless(DEVICE == "cpu" or (torch is not None and torch.cuda.is_available()),
+                     "ZINF_TEST_DEVICE=cuda but torch sees no GPU")
 class TorchOffloadTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
         torch.manual_seed(0)
-        self.net = GPT()
+        self.net = GPT().to(DEVICE)
         self.param_bytes = sum(p.numel() * 4 for p in self.net.parameters())
 
     def tearDown(self):
@@ -99,7 +114,7 @@ class TorchOffloadTest(unittest.TestCase):
         opt = torch.optim.AdamW(plain.parameters(), lr=3e-3, weight_decay=0.01)
         device_budget = self.param_bytes // 2
         off = zt.offload(self.net, self.config(device_budget, 2 * self.param_bytes), lr=3e-3,
-                         weight_decay=0.01, leases=4)
+                         weight_decay=0.01, leases=4, device=ZINF_DEVICE)
         want, got = [], []
         for batch in batches(steps, micro):
             lw = lg = 0.0
@@ -131,7 +146,7 @@ class TorchOffloadTest(unittest.TestCase):
         # bounds the drift, and the median difference stays at float32 noise.
         diffs = []
         for name, p in plain.named_parameters():
-            d = (off.state_tensor(name) - p.detach()).abs()
+            d = (off.state_tensor(name) - p.detach().cpu()).abs()
             self.assertLess(d.max().item(), 1e-3, name)
             diffs.append(d.flatten())
         self.assertLess(torch.cat(diffs).median().item(), 1e-6)
@@ -148,17 +163,25 @@ class TorchOffloadTest(unittest.TestCase):
         self.assertGreater(s["prefetch"]["hits"], 0, s)
         self.assertGreater(s["evictions"]["device"], 0, s)
         # The module itself holds no parameter memory.
-        self.assertTrue(all(p.data.storage().size() <= 1 for p in self.net.parameters()))
+        self.assertTrue(all(storage_bytes(p.data) <= 4 for p in self.net.parameters()))
+        self.assertTrue(all(p.device.type == DEVICE for p in self.net.parameters()))
         off.close()
 
     def test_refusals(self):
+        with self.assertRaisesRegex(ValueError, "device 'gpu'"):
+            zt.offload(GPT(), self.config(1 << 20, 1 << 22), device="gpu")
+        with self.assertRaisesRegex(ValueError, "needs them on cuda"):
+            zt.offload(GPT(), self.config(1 << 20, 1 << 22), device="cuda")
         with self.assertRaises(ValueError):
-            zt.offload(GPT().half(), self.config(1 << 20, 1 << 22))
+            zt.offload(GPT().half().to(DEVICE), self.config(1 << 20, 1 << 22),
+                       device=ZINF_DEVICE)
         with self.assertRaisesRegex(ZinfError, "zinf.swap_dir"):
-            zt.offload(GPT(), {"zinf": {"budgets": {"device_bytes": 1 << 20}}})
+            zt.offload(GPT().to(DEVICE), {"zinf": {"budgets": {"device_bytes": 1 << 20}}},
+                       device=ZINF_DEVICE)
         # A device budget that cannot hold the leases: the seal names the numbers.
         with self.assertRaisesRegex(ZinfError, "zinf.budgets.device_bytes"):
-            off = zt.offload(GPT(), self.config(64 * 1024, 1 << 22))
+            off = zt.offload(GPT().to(DEVICE), self.config(64 * 1024, 1 << 22),
+                             device=ZINF_DEVICE)
             loss_of(off, next(batches(1, 1))[0]).backward()
 
 
