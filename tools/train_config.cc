@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "src/base/log.h"
 #include "src/base/units.h"
 #include "src/comm/world.h"
 #include "src/runtime/offload_runtime.h"
@@ -203,11 +204,25 @@ Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a)
   }
   TrainRunConfig r{defaults, {}, std::nullopt};
   std::string resume_source;
+  // A resume on another world size (re-partitioning): the checkpoint's global batch, kept when
+  // this run's file and flags leave the batch keys alone.
+  std::optional<uint64_t> resumed_global_batch;
   if (!resume.empty()) {
     ZINF_ASSIGN_OR_RETURN(ckpt::Manifest m, train::ReadForResume(resume));
-    // Before its config (whose batch sizes are those of its world) is read against this one.
-    ZINF_RETURN_IF_ERROR(train::CheckResumeWorld(m, static_cast<uint32_t>(world.world)));
+    if (m.rank) {  // a part named instead of its checkpoint
+      ZINF_RETURN_IF_ERROR(train::CheckResumeWorld(m, static_cast<uint32_t>(world.world)));
+    }
     ZINF_ASSIGN_OR_RETURN(defaults, train::ConfigOf(m, defaults));
+    if (m.world_size != static_cast<uint64_t>(world.world)) {
+      // Its batch keys were read against its own world: the micro-batch stays, the accumulation
+      // steps are worked out again below.
+      Config then = defaults;
+      then.world_size = std::max<uint64_t>(1, m.world_size);
+      resumed_global_batch = then.TrainBatchSize();
+      defaults.train.train_micro_batch_size_per_gpu = then.MicroBatchSize();
+      defaults.train.train_batch_size.reset();
+      defaults.train.gradient_accumulation_steps.reset();
+    }
     resume_source = "--resume " + m.dir;
     r.sources.SetAll(defaults.given_keys, resume_source);
     ZINF_ASSIGN_OR_RETURN(r.resumed_run, train::RecordedRunOf(m));
@@ -222,6 +237,21 @@ Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a)
     r.sources.SetAll(c.auto_keys, a.config + " (auto)");  // the file asked for zinf's choice
   }
   ZINF_RETURN_IF_ERROR(ApplyFlags(cmd, a, c, r.sources));
+  if (resumed_global_batch && !c.train.train_batch_size && !c.train.gradient_accumulation_steps) {
+    const uint64_t per = c.MicroBatchSize() * static_cast<uint64_t>(std::max(1, world.world));
+    if (*resumed_global_batch % per == 0) {
+      c.train.gradient_accumulation_steps = *resumed_global_batch / per;
+      r.sources.Set("gradient_accumulation_steps",
+                    resume_source + " (its global batch of " +
+                        std::to_string(*resumed_global_batch) + " on " +
+                        std::to_string(std::max(1, world.world)) + " rank(s))");
+    } else {
+      Log().warn("resume on {} rank(s): the checkpoint's global batch of {} is not a multiple of "
+                 "{} (micro-batch {} x {} ranks); the accumulation steps stay 1 (give "
+                 "--grad-accum or train_batch_size to choose)",
+                 world.world, *resumed_global_batch, per, c.MicroBatchSize(), world.world);
+    }
+  }
   if (!resume.empty()) {
     c.zinf.checkpoint.resume = resume;  // resolved: the checkpoint directory itself
     if (c.zinf.checkpoint.dir.empty()) {

@@ -41,8 +41,11 @@
 //   other differences are logged: the run then does not match an uninterrupted one bit for
 //   bit); TrainerStateOf reads the trainer's state back; RestoreOptimizerState reads every
 //   unit's shards, checks their hashes and puts them back into the executor. Across ranks each
-//   rank resumes from its part (StatePartFor: the world size and the partition rule must be
-//   the run's; a checkpoint of another world size is refused, with what to do instead).
+//   rank resumes from its part (StatePartFor: the world size and the partition rule are the
+//   run's). A checkpoint of another world size or partition rule is re-partitioned
+//   (NeedsRepartition, StatePartsForRepartition, RestoreRepartitioned): each rank reads its share
+//   of every unit from all the old parts, hash-checked; CheckResumable then leaves out the
+//   placement, world and swap-file checks (the state goes into this run's own layout).
 //
 // Thread-safety: a Checkpointer is driven by one thread (the trainer's); its writer thread
 // only reads what the executor handed over for the checkpoint.
@@ -214,9 +217,25 @@ std::string RecordedStateDevice(const ckpt::Manifest& manifest);
 Status CheckResumable(const ckpt::Manifest& manifest, const Config& config,
                       const std::vector<std::string>& swap_files,
                       const std::string& state_placement = "",
-                      const std::vector<std::string>& state_in_memory_units = {});
+                      const std::vector<std::string>& state_in_memory_units = {},
+                      bool repartitioned = false);
 Result<TrainerState> TrainerStateOf(const ckpt::Manifest& manifest);
 Status RestoreOptimizerState(LayerExecutor& executor, const ckpt::Manifest& manifest);
+// A resume on another world size or partition rule (re-partitioning; checkpoint_repartition.cc):
+// whether `global` (the checkpoint's own manifest) needs it for a run of `world` ranks under
+// `partition` (PartitionRuleOf).
+bool NeedsRepartition(const ckpt::Manifest& global, uint32_t world, const std::string& partition);
+// The manifests that hold its optimizer state (every part of a "unit-chunks" checkpoint, rank
+// 0's of a "replicated" one, the manifest itself for one rank): refused when `global` is a part.
+Result<std::vector<ckpt::Manifest>> StatePartsForRepartition(const ckpt::Manifest& global);
+// Puts this rank's share of every unit's state (its chunk under "unit-chunks", else the whole
+// unit) back into the executor: each unit's role is joined from the old parts' shards, every
+// shard checked against its recorded hash (DataLoss naming it) before any of it is used. Reads
+// one unit at a time (memory: 3 of the largest unit's state arrays). Every rank calls it (ZeRO-1/2
+// gather the 16-bit weights: a collective).
+Status RestoreRepartitioned(LayerExecutor& executor, const std::vector<ckpt::Manifest>& parts,
+                            uint64_t step, uint32_t rank, uint32_t world,
+                            const std::string& partition);
 // Every unit's master, exp_avg and exp_avg_sq shard (indexed by offload::StateRole), checked
 // against the model (a part of a "unit-chunks" checkpoint: against its rank's chunks): a shard of a unit the model lacks, of another dtype or length, or listed
 // twice is InvalidArgument; a missing one is DataLoss. Pointers into `manifest`.

@@ -208,7 +208,8 @@ Status CheckResumePlacement(const ckpt::Manifest& m, const std::string& place,
 Status CheckResumable(const ckpt::Manifest& m, const Config& c,
                       const std::vector<std::string>& swap_files,
                       const std::string& state_placement,
-                      const std::vector<std::string>& state_in_memory_units) {
+                      const std::vector<std::string>& state_in_memory_units,
+                      bool repartitioned) {
   const std::string where = ManifestPath(m);
   std::vector<std::string> problems;
   const json now = json::parse(c.ToJson().dump());
@@ -226,8 +227,12 @@ Status CheckResumable(const ckpt::Manifest& m, const Config& c,
   }
   const bool nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   const std::string place = !state_placement.empty() ? state_placement : nvme ? "nvme" : "memory";
-  if (auto p = PlacementProblem(m, place, state_in_memory_units,
-                                std::string(OffloadDeviceName(c.zero.offload_optimizer.device)))) {
+  // Re-partitioned state is read from the checkpoint's files into this run's own layout:
+  // the placement, the world size and the swap files may differ.
+  if (auto p = repartitioned ? std::nullopt
+                             : PlacementProblem(m, place, state_in_memory_units,
+                                                std::string(OffloadDeviceName(
+                                                    c.zero.offload_optimizer.device)))) {
     problems.push_back(*p);
   }
   // Checkpoints written before zinf.optimizer_state_dtype existed hold fp32 moments.
@@ -237,16 +242,16 @@ Status CheckResumable(const ckpt::Manifest& m, const Config& c,
         "zinf.optimizer_state_dtype: the moments are {} here, {} in the checkpoint",
         c.zinf.optimizer_state_dtype, moments_then));
   }
-  if (m.world_size != std::max<uint64_t>(c.world_size, 1)) {
+  if (!repartitioned && m.world_size != std::max<uint64_t>(c.world_size, 1)) {
     problems.push_back(fmt::format("world size {} in the checkpoint, {} here", m.world_size,
                                    std::max<uint64_t>(c.world_size, 1)));
   }
-  if (m.HasParts()) {
+  if (!repartitioned && m.HasParts()) {
     problems.push_back("the checkpoint's state lies in its parts (resume from this rank's: "
                        "StatePartFor)");
   }
   for (const ckpt::FileEntry& f : m.files) {
-    if (f.kind != "swap") continue;
+    if (f.kind != "swap" || repartitioned) continue;
     const std::vector<std::string> named =
         f.members.empty() ? std::vector<std::string>{f.name} : f.members;
     if (named != swap_files) {
@@ -269,6 +274,8 @@ Status CheckResumable(const ckpt::Manifest& m, const Config& c,
     const json& then = *it;
     for (const char* key : {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                             "gradient_clipping", "optimizer", "scheduler", "fp16"}) {
+      // Re-partitioned: the accumulation steps follow the world size (the global batch kept).
+      if (repartitioned && std::string_view(key) == "gradient_accumulation_steps") continue;
       if (then.value(key, json()) != now.value(key, json())) {
         Log().warn("resume: {} is {} here, {} in {}: the run will not match an uninterrupted "
                    "one bit for bit", key, now.value(key, json()).dump(),

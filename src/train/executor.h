@@ -275,8 +275,9 @@ class LayerExecutor {
   // for it and fails with its error.
   void HoldStateUntil(std::shared_future<Status> written) { state_hold_ = std::move(written); }
   // Puts one unit of a checkpoint's state back. An NVMe unit names extents of this run's swap
-  // file (its generation becomes current, and stays untouched until the next checkpoint); a
-  // unit in memory gives arrays, copied. Every role is checked against its hash (DataLoss naming
+  // file (its generation becomes current, and stays untouched until the next checkpoint), or
+  // gives arrays (a checkpoint of another world size, re-partitioned: written into a
+  // generation no checkpoint holds); a unit in memory gives arrays, copied. Every role is checked against its hash (DataLoss naming
   // the unit, the role and where it was read), and the 16-bit weights are recomputed from the
   // master weights (the optimizer's 16-bit copy is bit for bit their rounding).
   // `id`: the checkpoint's step, which protects the unit's extents (as RequestCheckpoint).

@@ -213,12 +213,30 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
         u, dims_.UnitName(u), offload::kStateRoleNames[r], Xxh64Hex(got), Xxh64Hex(s.hashes[r]), where));
   };
   uint16_t* p16 = p16_staging_.data();
-  if (StateOnNvme(u)) {
-    if (s.arrays[0] != nullptr) {
-      return InvalidArgument(fmt::format(
-          "restore: unit {} ({}) comes as arrays but this run keeps its optimizer state on NVMe",
-          u, dims_.UnitName(u)));
+  if (StateOnNvme(u) && s.arrays[0] != nullptr) {
+    // Arrays for a unit kept on NVMe: checked, then written home as SetUnitWeights writes.
+    for (int r = 0; r < offload::kStateRoles; ++r) {
+      if (s.arrays[r] == nullptr) {
+        return InvalidArgument(fmt::format("restore: unit {} ({}): no {} array", u,
+                                           dims_.UnitName(u), offload::kStateRoleNames[r]));
+      }
+      const uint64_t got = Xxh64(s.arrays[r], StateBytes(u, r));
+      if (got != s.hashes[r]) {
+        return mismatch(r, got, s.sources[r].empty() ? std::string("as read from the checkpoint")
+                                                     : "as read from " + s.sources[r]);
+      }
     }
+    ZINF_RETURN_IF_ERROR(TakeUnprotectedGeneration(u).status());
+    for (int r = 0; r < offload::kStateRoles; ++r) {
+      ZINF_RETURN_IF_ERROR(WriteNvme(StateExtent(u, r), s.arrays[r], StateBytes(u, r)));
+    }
+    // The 16-bit copy in the bounce slab's param16 part (the writes above used its start).
+    p16 = reinterpret_cast<uint16_t*>(BounceBuffer() + pipeline_->LayoutFor(n).param16);
+    ZINF_RETURN_IF_ERROR(kernels::CastFromF32(static_cast<const float*>(s.arrays[0]), p16,
+                                              options_.param16_type, n));
+    hashes_[u] = s.hashes;
+    hashes_known_[u] = 1;
+  } else if (StateOnNvme(u)) {
     int gen = -1;
     for (int g = 0; g < static_cast<int>(state_ext_.size()) && gen < 0; ++g) {
       bool same = true;

@@ -131,16 +131,29 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
         "of them", opt.init_path, ck.resume));
   }
   // resume_from: the manifest of this rank's state (across ranks, its part of the checkpoint
-  // in resume_dir).
+  // in resume_dir). A checkpoint of another world size or partition rule is re-partitioned:
+  // every rank reads its share from all the old parts (old_parts), resume_from is rank 0's
+  // (the trainer's state, the model's record), and the swap files are this run's own.
   std::optional<ckpt::Manifest> resume_from;
   std::string resume_dir;
   TrainerState resumed;
+  bool repartition = false;
+  std::vector<ckpt::Manifest> old_parts;
   if (resuming) {
     ZINF_ASSIGN_OR_RETURN(const ckpt::Manifest whole, ReadForResume(ck.resume));
     resume_dir = whole.dir;
-    ZINF_ASSIGN_OR_RETURN(resume_from, StatePartFor(whole, static_cast<uint32_t>(ranks.rank()),
-                                                    static_cast<uint32_t>(ranks.world()),
-                                                    PartitionRuleOf(c)));
+    repartition = !whole.rank && NeedsRepartition(whole, static_cast<uint32_t>(ranks.world()),
+                                                  PartitionRuleOf(c));
+    if (repartition) {
+      ZINF_ASSIGN_OR_RETURN(old_parts, StatePartsForRepartition(whole));
+      resume_from = old_parts[0];
+      Log().info("train: re-partitioning {}: written by {} rank(s) (\"{}\"), resumed by {} (\"{}\")",
+                 whole.dir, whole.world_size, whole.partition, ranks.world(), PartitionRuleOf(c));
+    } else {
+      ZINF_ASSIGN_OR_RETURN(resume_from,
+                            StatePartFor(whole, static_cast<uint32_t>(ranks.rank()),
+                                         static_cast<uint32_t>(ranks.world()), PartitionRuleOf(c)));
+    }
     ZINF_ASSIGN_OR_RETURN(resumed, TrainerStateOf(*resume_from));
     if (resumed.step >= opt.steps) {
       return InvalidArgument(fmt::format(
@@ -197,7 +210,7 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   eo.tracer = tracer.get();
   // Checkpoints of NVMe-homed state keep generations of it in the swap file.
   ZINF_ASSIGN_OR_RETURN(eo.state_generations,
-                        StateGenerations(c, resume_from ? &*resume_from : nullptr));
+                        StateGenerations(c, resume_from && !repartition ? &*resume_from : nullptr));
   eo.verify_state_reads = ck.verify_state_reads;
   eo.comm = ranks.comm.get();
   // ZeRO-1/2 across ranks: the optimizer state (and the gradients) partitioned, stepped after
@@ -207,13 +220,20 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   eo.partition_params = ranks.world() > 1 && c.Stage() >= 3;  // ZeRO-3, FSDP's FULL_SHARD
   if (eo.partition_optimizer) eo.async_optimizer = false;
   bool swap_in_checkpoint = false;
-  if (resume_from) {
+  if (resume_from && !repartition) {
     for (const auto& f : resume_from->files) swap_in_checkpoint |= f.kind == "swap";
   }
   if (UsesNvme(c)) {
     std::vector<std::string> swap_dirs = c.zinf.stripe_paths;
     if (swap_dirs.empty()) swap_dirs.push_back(c.SwapDir());
-    ZINF_RETURN_IF_ERROR(CheckSwapFilesFree(swap_dirs, resume_dir));
+    // Re-partitioning reads the checkpoint's state from its swap files: this run's must be
+    // others (the resumed checkpoint counts as any other).
+    Status free = CheckSwapFilesFree(swap_dirs, repartition ? std::string() : resume_dir);
+    if (repartition) {
+      free = free.WithContext("a resume on another world size reads the checkpoint's optimizer "
+                              "state from its swap files, which this run must leave alone");
+    }
+    ZINF_RETURN_IF_ERROR(free);
   }
   // An automatic pinned budget is what this run wants (every shard's host copy and the
   // optimizer's slabs), within what the machine allows: a small model does not lock 2 GiB.
@@ -228,7 +248,7 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   // Each unit's optimizer state on NVMe or in memory (--placement, zinf.budgets.host_bytes; a
   // resume keeps its checkpoint's).
   std::optional<std::vector<std::string>> recorded_in_memory;
-  if (resume_from && eo.optimizer_on_nvme) {
+  if (resume_from && !repartition && eo.optimizer_on_nvme) {
     const std::string then = resume_from->training.value("optimizer_state", std::string());
     if (then == "mixed") {
       recorded_in_memory =
@@ -272,7 +292,7 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   if (state_placement == "mixed" && !placement.in_memory.empty() && in_memory_names.empty()) {
     return Internal("mixed placement without units in memory");
   }
-  if (resume_from) {
+  if (resume_from && !repartition) {
     ZINF_RETURN_IF_ERROR(CheckResumePlacement(
         *resume_from, state_placement,
         state_placement == "mixed" ? in_memory_names : std::vector<std::string>{},
@@ -296,8 +316,15 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   if (resume_from) {
     ZINF_RETURN_IF_ERROR(CheckResumable(*resume_from, c, ex->SwapFilePaths(), state_placement,
                                         state_placement == "mixed" ? in_memory_names
-                                                                   : std::vector<std::string>{}));
-    ZINF_RETURN_IF_ERROR(RestoreOptimizerState(*ex, *resume_from));
+                                                                   : std::vector<std::string>{},
+                                        repartition));
+    if (repartition) {
+      ZINF_RETURN_IF_ERROR(RestoreRepartitioned(
+          *ex, old_parts, resumed.step, static_cast<uint32_t>(ranks.rank()),
+          static_cast<uint32_t>(ranks.world()), PartitionRuleOf(c)));
+    } else {
+      ZINF_RETURN_IF_ERROR(RestoreOptimizerState(*ex, *resume_from));
+    }
     ZINF_RETURN_IF_ERROR(scaler.Restore(resumed.scaler));
     train_data.Seek(resumed.data_position);
     Log().info("train: resumed from {} (step {}, {} applied, {} skipped)", resume_dir,

@@ -2,13 +2,14 @@
 // every rank writes its part (`step-<s>/rank<r>/`), rank 0 commits the checkpoint's manifest
 // once every part is there. A run stopped and resumed on the same world size ends bit for bit
 // as the uninterrupted one (weights, losses), for ZeRO stages 0, 1, 2 and 3 with the state in
-// memory and on NVMe, on 2, 3 and 4 ranks; `zinf ckpt export` consolidates the parts into the same bytes as the
-// run's --save; a checkpoint without its manifest is not one (the previous one resumes); and
-// what cannot resume is refused with the reason: another world size, another partition rule,
-// a part named instead of the checkpoint. A rank killed at random moments (start-up, a step,
-// a commit) ends the run; resumed each time from the last whole checkpoint, the run still ends
-// as the uninterrupted one. SIGTERM to the launcher stops every rank after the same step with a
-// checkpoint, exit 0.
+// memory and on NVMe, on 2, 3 and 4 ranks; `zinf ckpt export` consolidates the parts into the
+// same bytes as the run's --save; a checkpoint without its manifest is not one (the previous one
+// resumes). A checkpoint of another world size or partition rule is re-partitioned on resume,
+// bit for bit one rank's run with the same global batch; what cannot resume is refused with the
+// reason: a part named instead of the checkpoint, swap files the re-partitioned state is read
+// from. A rank killed at random moments (start-up, a step, a commit) ends the run; resumed each
+// time from the last whole checkpoint, the run still ends as the uninterrupted one. SIGTERM to
+// the launcher stops every rank after the same step with a checkpoint, exit 0.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -181,38 +182,142 @@ TEST(RanksCheckpointTest, AnUncommittedCheckpointIsSkippedAndADamagedPartIsNamed
   EXPECT_NE(corrupt.err.find("rank1/state.bin"), std::string::npos) << corrupt.err;
 }
 
-// What cannot resume is refused on every rank, naming the reason and what to do.
-TEST(RanksCheckpointTest, AnotherWorldSizeOrPartitionIsRefused) {
+// A checkpoint written by another world size, or with another partition rule, is re-partitioned
+// on resume: each rank reads its share of every unit from all the old parts. With the global
+// batch kept (the accumulation steps worked out again: micro-batch x accumulation x world), the
+// run ends bit for bit as one rank accumulating the same micro-batches uninterrupted.
+struct Hop {
+  int world;
+  int stage;
+  std::string extra;  // more flags for this leg
+};
+struct RepartitionCase {
+  const char* name;
+  const char* offload;
+  int ref_grad_accum;  // the one-rank reference's accumulation steps (the global batch / 4)
+  std::vector<Hop> hops;  // the first starts the run, each next resumes the previous's
+};
+
+class RanksRepartitionTest : public ::testing::TestWithParam<RepartitionCase> {};
+
+TEST_P(RanksRepartitionTest, ResumesOnAnotherWorldSizeBitwise) {
+  const RepartitionCase& k = GetParam();
+  TempDir dir;
+  const int steps = 2 * static_cast<int>(k.hops.size());
+  auto ref = RunZinf(Tiny(steps) + " --offload " + k.offload + " --grad-accum " +
+                         std::to_string(k.ref_grad_accum) + " --swap-dir " + dir / "sw-ref" +
+                         " --losses " + dir / "ref.jsonl" + " --save " + dir / "ref.safetensors",
+                     dir.path());
+  ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+  const std::string root = dir / "ckpt";
+  std::vector<std::string> losses;
+  for (size_t i = 0; i < k.hops.size(); ++i) {
+    const Hop& h = k.hops[i];
+    const std::string launch = h.world > 1 ? Launch(h.world) : std::string();
+    const std::string leg = dir / ("leg" + std::to_string(i) + ".jsonl");
+    losses.push_back(leg);
+    std::string cmd;
+    if (i == 0) {
+      cmd = launch + Tiny(steps) + Config(dir, h.stage) + " --offload " + k.offload +
+            " --grad-accum " + std::to_string(k.ref_grad_accum / h.world) + " --swap-dir " +
+            dir / "sw" + " --checkpoint-dir " + root + " --checkpoint-every 2";
+    } else {
+      // Only the stage may be given: the batch, the model and the paths come from the
+      // checkpoint, the accumulation steps from its global batch.
+      cmd = launch + "train --resume " + root + Config(dir, h.stage);
+    }
+    cmd += " --losses " + leg + " " + h.extra;
+    if (i + 1 < k.hops.size()) cmd += " --stop-after " + std::to_string(2 * (i + 1));
+    else cmd += " --save " + dir / "out.safetensors";
+    SCOPED_TRACE(cmd);
+    auto run = RunZinf(cmd, dir.path());
+    ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+    if (i > 0) {
+      EXPECT_NE((run.out + run.err).find("re-partitioning"), std::string::npos) << run.out;
+      EXPECT_NE(run.out.find("(resumed from step " + std::to_string(2 * i) + ")"),
+                std::string::npos) << run.out;
+    }
+  }
+  // The losses bit for bit; the reported norm (summed in another order across ranks, not used
+  // without clipping) to its last bits.
+  const auto got = LossRecords(losses), want = LossRecords({dir / "ref.jsonl"});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    auto a = nlohmann::json::parse(got[i]), b = nlohmann::json::parse(want[i]);
+    const double na = a["grad_norm"], nb = b["grad_norm"];
+    EXPECT_NEAR(na, nb, 1e-12 * nb) << "step " << i + 1;
+    a.erase("grad_norm");
+    b.erase("grad_norm");
+    EXPECT_EQ(a, b) << "step " << i + 1;
+  }
+  const std::string weights = ReadFile(dir / "ref.safetensors");
+  ASSERT_FALSE(weights.empty());
+  EXPECT_TRUE(ReadFile(dir / "out.safetensors") == weights) << "final weights differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorldsAndStages, RanksRepartitionTest,
+    ::testing::Values(
+        RepartitionCase{"two_to_one_stage2_nvme", "nvme", 2, {{2, 2, ""}, {1, 2, ""}}},
+        RepartitionCase{"one_to_two_stage1_nvme", "nvme", 2, {{1, 1, ""}, {2, 1, ""}}},
+        RepartitionCase{"three_to_two_to_one_stage3_cpu", "cpu", 6,
+                        {{3, 3, ""}, {2, 3, ""}, {1, 1, ""}}},
+        // Same world, another partition rule: replicated (stage 0) to chunks (stage 2) and back.
+        RepartitionCase{"stage0_to_stage2_to_stage0_cpu", "cpu", 2,
+                        {{2, 0, ""}, {2, 2, ""}, {2, 0, ""}}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Re-partitioning reads every old part's shards and checks each against its recorded hash
+// before any of it is used: a flipped byte of rank 1's state is named.
+TEST(RanksCheckpointTest, RepartitioningNamesACorruptPart) {
   TempDir dir;
   const std::string root = dir / "ckpt";
   auto first = RunZinf(Launch(2) + Tiny(4) + Config(dir, 1) + " --offload cpu" +
                            " --checkpoint-dir " + root + " --checkpoint-every 2 --stop-after 2",
                        dir.path());
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
-  // One rank.
+  const std::string state = fs::path(root) / "step-0000000002" / "rank1" / "state.bin";
+  {
+    std::fstream f(state, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << state;
+    f.seekg(100);
+    const char was = static_cast<char>(f.get());
+    f.seekp(100);
+    f.put(static_cast<char>(was ^ 0x40));
+  }
   auto one = RunZinf("train --resume " + root, dir.path());
   EXPECT_NE(one.exit_code, 0);
-  EXPECT_NE(one.err.find("written by 2 rank(s) and this run has 1"), std::string::npos)
-      << one.err;
-  EXPECT_NE(one.err.find("zinf ckpt export"), std::string::npos) << one.err;
-  // Three ranks.
+  EXPECT_NE(one.err.find("rank1"), std::string::npos) << one.err;
+  EXPECT_NE(one.err.find("the data is corrupt"), std::string::npos) << one.err;
+}
+
+// What cannot resume is refused, naming the reason and what to do: a part named instead of its
+// checkpoint; a re-partitioning resume whose swap files would be the checkpoint's own (it reads
+// the state from them).
+TEST(RanksCheckpointTest, APartOrACheckpointsOwnSwapFilesAreRefused) {
+  TempDir dir;
+  const std::string root = dir / "ckpt";
+  auto first = RunZinf(Launch(2) + Tiny(4) + Config(dir, 1) + " --offload nvme --swap-dir " +
+                           dir / "sw" + " --checkpoint-dir " + root +
+                           " --checkpoint-every 2 --stop-after 2",
+                       dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  // Three ranks in the same swap directory: ranks 0 and 1 would empty the files it reads.
   auto three = RunZinf(Launch(3) + "train --resume " + root, dir.path());
   EXPECT_NE(three.exit_code, 0);
-  EXPECT_NE(three.err.find("written by 2 rank(s) and this run has 3"), std::string::npos)
-      << three.out << three.err;
-  // Stage 0 over a stage 1 checkpoint.
-  auto stage0 = RunZinf(Launch(2) + "train --resume " + root + Config(dir, 0), dir.path());
-  EXPECT_NE(stage0.exit_code, 0);
-  EXPECT_NE(stage0.err.find("partitioned \"unit-chunks\" and this run's would be "
-                            "\"replicated\""),
-            std::string::npos)
-      << stage0.out << stage0.err;
+  EXPECT_NE(three.err.find("reads the checkpoint's optimizer state from its swap files"),
+            std::string::npos) << three.out << three.err;
+  EXPECT_NE(three.err.find("give this run another --swap-dir"), std::string::npos) << three.err;
   // A part named instead of its checkpoint.
   auto part = RunZinf(Launch(2) + "train --resume " + root + "/step-0000000002/rank0",
                       dir.path());
   EXPECT_NE(part.exit_code, 0);
   EXPECT_NE(part.err.find("rank 0's part of a checkpoint across 2 ranks"), std::string::npos)
       << part.out << part.err;
+  // With another swap directory it resumes.
+  auto moved = RunZinf(Launch(3) + "train --resume " + root + " --swap-dir " + dir / "sw3",
+                       dir.path());
+  EXPECT_EQ(moved.exit_code, 0) << moved.out << moved.err;
 }
 
 // The ranks `zinf launch` (pid) started: its children.
