@@ -309,6 +309,7 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     b.state_type = options_.moment_type;
     b.stochastic_state = options_.stochastic_moments;
     b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, u.rounding_stream);
+    b.state_index_base = u.rounding_index_base;
     const bool want16 = u.param16.bytes != 0 || u.param16_to_caller;
     b.param16_out = want16 ? slab + l.param16 : nullptr;
     b.param16_type = options_.param16_type;

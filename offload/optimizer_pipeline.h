@@ -76,8 +76,10 @@ struct OptimizerUnit {
                                          // pipeline's TierManager
   kernels::DType grad_type = kernels::DType::kF32;
   // bf16 moments rounded stochastically: the unit's stream (kernels::StateRoundingSeed's
-  // tensor), stable across steps and runs.
+  // tensor), stable across steps and runs, and the index of this state's first element in the
+  // unit (a ZeRO chunk draws what the whole unit's step draws there).
   uint64_t rounding_stream = 0;
+  uint64_t rounding_index_base = 0;
 };
 
 struct OptimizerPipelineOptions {

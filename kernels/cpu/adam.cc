@@ -138,7 +138,7 @@ Result<AdamStepInfo> AdamStep(const AdamHyper& hyper, const AdamBuffers& b,
     chunk.exp_avg_sq = ElementAt(b.exp_avg_sq, b.state_type, begin);
     chunk.param16 = layout.has_param16 ? ElementAt(b.param16_out, b.param16_type, begin) : nullptr;
     chunk.n = end - begin;
-    chunk.first = begin;
+    chunk.first = b.state_index_base + begin;
     k.adam(coeffs, layout, chunk);
   });
   return info;

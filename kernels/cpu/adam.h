@@ -27,7 +27,8 @@
 //   moves it by at most 0.1%) and rises only when g*g is ~3x it or more;
 // - stochastic (stochastic_state true): each element rounds up with probability equal to the
 //   fraction dropped, from 16 random bits that are a hash of (state_seed, the element's index
-//   in the call, which moment): unbiased, so small updates survive on average, and
+//   in the call plus state_index_base, which moment): unbiased, so small updates survive on
+//   average, and
 //   deterministic — the same seed, inputs and n give the same bits in every variant, for any
 //   thread count or chunking (half_convert.h: FloatToBf16Stochastic). Give each step and
 //   tensor its own seed (StateRoundingSeed). Indexes wrap at 2^32 elements.
@@ -86,6 +87,9 @@ struct AdamBuffers {
   size_t n = 0;
   bool stochastic_state = false;      // kBf16 state: stochastic rounding instead of nearest
   uint64_t state_seed = 0;            // its random stream (StateRoundingSeed)
+  // The index of element 0 in the whole tensor: a chunk of a larger tensor given its offset
+  // draws the bits the whole tensor's step draws for those elements (ZeRO chunks of a unit).
+  uint64_t state_index_base = 0;
 };
 
 // The seed of the stochastic rounding of one tensor's moments at one step: a hash of a run's

@@ -102,7 +102,9 @@ LayerExecutor::Chunk LayerExecutor::ChunkOf(uint32_t unit) const {
 uint64_t LayerExecutor::StateElems(uint32_t unit) const { return ChunkOf(unit).len; }
 
 uint64_t LayerExecutor::RoundingStream(uint32_t unit) const {
-  return uint64_t{unit} | (ChunkOf(unit).lo << 32);
+  // The unit's stream whatever the chunking: a chunk draws from its offset in the unit
+  // (AdamBuffers::state_index_base = ChunkOf(unit).lo), so N ranks round as one rank does.
+  return uint64_t{unit};
 }
 
 uint64_t LayerExecutor::StateBytes(uint32_t unit, int role) const {
@@ -314,6 +316,7 @@ Status LayerExecutor::RegisterShards() {
     ou.n = sn;
     ou.grad_type = GradType();
     ou.rounding_stream = RoundingStream(u);
+    ou.rounding_index_base = ChunkOf(u).lo;
     offload::Extent p16_home;
     const uint64_t mb = offload::StateRoleBytes(offload::kExpAvgState, sn, options_.moment_type);
     if (StateOnNvme(u)) {

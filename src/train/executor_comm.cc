@@ -161,6 +161,7 @@ Status LayerExecutor::StepChunk(uint32_t u, const kernels::AdamHyper& hyper,
                            gather16_.data() + c.lo, options_.param16_type, c.len};
     b.stochastic_state = options_.stochastic_moments;
     b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, RoundingStream(u));
+    b.state_index_base = ChunkOf(u).lo;
     auto a0 = Clock::now();
     s = kernels::AdamStep(hyper, b, options_.adam).status();
     st->adam_seconds += Since(a0);

@@ -221,6 +221,7 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
                            options_.param16_type, n};
     b.stochastic_state = options_.stochastic_moments;
     b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, RoundingStream(u));
+    b.state_index_base = ChunkOf(u).lo;
     auto a0 = Clock::now();
     auto r = kernels::AdamStep(hyper, b, options_.adam);
     st->adam_seconds += Since(a0);

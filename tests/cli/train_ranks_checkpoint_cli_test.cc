@@ -260,6 +260,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         RepartitionCase{"two_to_one_stage2_nvme", "nvme", 2, {{2, 2, ""}, {1, 2, ""}}},
         RepartitionCase{"one_to_two_stage1_nvme", "nvme", 2, {{1, 1, ""}, {2, 1, ""}}},
+        // bf16 moments rounded stochastically: a chunk draws from its offset in the unit.
+        RepartitionCase{"two_to_one_stage1_bf16_nvme", "nvme --optimizer-state-dtype bf16", 2,
+                        {{2, 1, ""}, {1, 1, ""}}},
         RepartitionCase{"three_to_two_to_one_stage3_cpu", "cpu", 6,
                         {{3, 3, ""}, {2, 3, ""}, {1, 1, ""}}},
         // Same world, another partition rule: replicated (stage 0) to chunks (stage 2) and back.

@@ -173,7 +173,7 @@ TEST(TrainRanksCliTest, GradientWireBytesAreTwoPsiOverN) {
 // ZeRO-1 and ZeRO-2: each rank steps its chunk of every unit (ZeRO-2 also keeps only its chunk
 // of the gradients). Adam is elementwise and the reduce-scatter sums in rank order, so without
 // clipping the run is one rank's bit for bit (uneven chunks with 3 ranks, state on NVMe and in
-// memory). With clipping the global norm is the ranks'
+// memory, bf16 moments rounded stochastically too). With clipping the global norm is the ranks'
 // partial sums added, not one sum over whole units: its last bits differ (it is reported
 // within 1e-12), the coefficient with them, and the losses agree to float noise (1e-6).
 TEST(TrainRanksCliTest, Zero1And2And3TrainAsOneRank) {
@@ -197,7 +197,11 @@ TEST(TrainRanksCliTest, Zero1And2And3TrainAsOneRank) {
                // Part of each rank's state in memory (--host-budget: final's and block1's
                // chunks), the rest on NVMe.
                {"z1mixed2", 2, 1, " --offload nvme --clip 0 --host-budget 80K"},
-               {"z3mixed2", 2, 3, " --offload nvme --clip 0 --host-budget 80K"}};
+               {"z3mixed2", 2, 3, " --offload nvme --clip 0 --host-budget 80K"},
+               // bf16 moments rounded stochastically: each chunk draws from its offset in the
+               // unit, so the ranks round as one rank does (uneven chunks, memory and NVMe).
+               {"z1bf16cpu3", 3, 1, " --offload cpu --clip 0 --optimizer-state-dtype bf16"},
+               {"z2bf16nvme2", 2, 2, " --offload nvme --clip 0 --optimizer-state-dtype bf16"}};
   // The tiny model: units embedding (V x C + T x C), 2 blocks (12 C^2 + 13 C), final (2 C).
   constexpr double kC = 32, kBlock = 12 * kC * kC + 13 * kC;
   for (const Case& c : cases) {
@@ -230,9 +234,10 @@ TEST(TrainRanksCliTest, Zero1And2And3TrainAsOneRank) {
     // a parameter a unit.
     const double params = many.summary["params"], units = 4;
     const double state = many.summary["optimizer_state_bytes"];
-    EXPECT_GE(state, 12 * (params / c.world - units)) << c.name;
-    EXPECT_LE(state, 12 * (params / c.world + units)) << c.name;
-    EXPECT_EQ(one.summary["optimizer_state_bytes"].get<double>(), 12 * params);
+    const double per_param = c.extra.find("bf16") != std::string::npos ? 8 : 12;
+    EXPECT_GE(state, per_param * (params / c.world - units)) << c.name;
+    EXPECT_LE(state, per_param * (params / c.world + units)) << c.name;
+    EXPECT_EQ(one.summary["optimizer_state_bytes"].get<double>(), per_param * params);
     // On the wire: the gradients reduce-scattered (ZeRO-1: the fp32 sums once a step; ZeRO-2
     // and 3: each micro-batch's 16-bit values) and the 16-bit weights all-gathered, (world - 1)
     // / world of each (chunks padded to equal sizes): 2Ψ elements, as the ZeRO paper counts.

@@ -1,7 +1,9 @@
 // kernels::AdamStep with bf16 moments rounded stochastically (AdamBuffers::stochastic_state):
 // the rounding is unbiased, deterministic (the same seed gives the same bits in every variant,
-// for any thread count and chunking; another seed other bits), and lets the second moment
-// decay where rounding to nearest freezes it.
+// for any thread count and chunking, and for a tensor stepped in pieces given their offsets;
+// another seed other bits), and lets the second moment decay where rounding to nearest
+// freezes it.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -92,6 +94,39 @@ TEST(AdamStochasticTest, SameSeedSameBitsInEveryVariantThreadCountAndChunking) {
   other.grad = grads;
   ASSERT_TRUE(other.Run(KernelVariant::kAuto, 43, true).ok());
   EXPECT_NE(other.m, ref.m) << "another seed draws other bits";
+}
+
+// A tensor stepped in pieces, each given its offset (AdamBuffers::state_index_base, as ZeRO
+// chunks of a unit are), draws the bits the whole tensor's step draws: N ranks round as one.
+// Without the offsets the pieces draw other bits.
+TEST(AdamStochasticTest, PiecesGivenTheirOffsetDrawWhatTheWholeDraws) {
+  constexpr size_t kN = 3001;
+  Case whole(kN, 0.0f);
+  for (size_t i = 0; i < kN; ++i) whole.grad[i] = kQuarter * (1.0f + static_cast<float>(i % 13));
+  const std::vector<float> grads = whole.grad;
+  ASSERT_TRUE(whole.Run(KernelVariant::kAuto, 9, true).ok());
+  for (bool with_offsets : {true, false}) {
+    std::vector<uint16_t> m(kN), v(kN);
+    std::vector<float> param(kN, 1.0f);
+    for (size_t lo : {size_t{0}, size_t{1000}, size_t{2000}}) {  // 3 ranks' chunks, the last short
+      const size_t len = lo == 2000 ? kN - lo : 1000;
+      AdamBuffers b{param.data() + lo, grads.data() + lo, DType::kF32, m.data() + lo,
+                    v.data() + lo, DType::kBf16, nullptr, DType::kBf16, len};
+      b.stochastic_state = true;
+      b.state_seed = 9;
+      b.state_index_base = with_offsets ? lo : 0;
+      AdamHyper h;
+      h.beta1 = 0.0f;
+      h.beta2 = 0.0f;
+      ASSERT_TRUE(AdamStep(h, b, AdamOptions{}).ok());
+    }
+    if (with_offsets) {
+      EXPECT_EQ(m, whole.m);
+      EXPECT_EQ(v, whole.v);
+    } else {
+      EXPECT_NE(m, whole.m) << "without offsets each piece draws from index 0";
+    }
+  }
 }
 
 // v = 1 and zero gradients, beta2 = 0.999: fp32 Adam decays v by 0.1% a step. Rounded to
