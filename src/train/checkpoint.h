@@ -229,10 +229,11 @@ bool NeedsRepartition(const ckpt::Manifest& global, uint32_t world, const std::s
 // 0's of a "replicated" one, the manifest itself for one rank): refused when `global` is a part.
 Result<std::vector<ckpt::Manifest>> StatePartsForRepartition(const ckpt::Manifest& global);
 // Puts this rank's share of every unit's state (its chunk under "unit-chunks", else the whole
-// unit) back into the executor: each unit's role is joined from the old parts' shards, every
-// shard checked against its recorded hash (DataLoss naming it) before any of it is used. Reads
-// one unit at a time (memory: 3 of the largest unit's state arrays). Every rank calls it (ZeRO-1/2
-// gather the 16-bit weights: a collective).
+// unit) back into the executor: each unit's role is joined from the old parts' shards that
+// overlap the share, each such shard streamed whole through a fixed buffer and checked against
+// its recorded hash (DataLoss naming it) before any of it is used (the shards no rank's share
+// overlaps do not exist: the chunks tile the unit). Memory: the share's three arrays of one unit
+// and a 4 MiB buffer. Every rank calls it (ZeRO-1/2 gather the 16-bit weights: a collective).
 Status RestoreRepartitioned(LayerExecutor& executor, const std::vector<ckpt::Manifest>& parts,
                             uint64_t step, uint32_t rank, uint32_t world,
                             const std::string& partition);

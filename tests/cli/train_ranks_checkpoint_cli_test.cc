@@ -196,7 +196,13 @@ struct RepartitionCase {
   const char* offload;
   int ref_grad_accum;  // the one-rank reference's accumulation steps (the global batch / 4)
   std::vector<Hop> hops;  // the first starts the run, each next resumes the previous's
+  std::string model = "";  // zinf train's model and budget flags; empty: Tiny's
 };
+
+std::string Job(const RepartitionCase& k, int steps) {
+  if (k.model.empty()) return Tiny(steps);
+  return "train " + k.model + " --steps " + std::to_string(steps);
+}
 
 class RanksRepartitionTest : public ::testing::TestWithParam<RepartitionCase> {};
 
@@ -204,7 +210,7 @@ TEST_P(RanksRepartitionTest, ResumesOnAnotherWorldSizeBitwise) {
   const RepartitionCase& k = GetParam();
   TempDir dir;
   const int steps = 2 * static_cast<int>(k.hops.size());
-  auto ref = RunZinf(Tiny(steps) + " --offload " + k.offload + " --grad-accum " +
+  auto ref = RunZinf(Job(k, steps) + " --offload " + k.offload + " --grad-accum " +
                          std::to_string(k.ref_grad_accum) + " --swap-dir " + dir / "sw-ref" +
                          " --losses " + dir / "ref.jsonl" + " --save " + dir / "ref.safetensors",
                      dir.path());
@@ -218,7 +224,7 @@ TEST_P(RanksRepartitionTest, ResumesOnAnotherWorldSizeBitwise) {
     losses.push_back(leg);
     std::string cmd;
     if (i == 0) {
-      cmd = launch + Tiny(steps) + Config(dir, h.stage) + " --offload " + k.offload +
+      cmd = launch + Job(k, steps) + Config(dir, h.stage) + " --offload " + k.offload +
             " --grad-accum " + std::to_string(k.ref_grad_accum / h.world) + " --swap-dir " +
             dir / "sw" + " --checkpoint-dir " + root + " --checkpoint-every 2";
     } else {
@@ -267,7 +273,13 @@ INSTANTIATE_TEST_SUITE_P(
                         {{3, 3, ""}, {2, 3, ""}, {1, 1, ""}}},
         // Same world, another partition rule: replicated (stage 0) to chunks (stage 2) and back.
         RepartitionCase{"stage0_to_stage2_to_stage0_cpu", "cpu", 2,
-                        {{2, 0, ""}, {2, 2, ""}, {2, 0, ""}}}),
+                        {{2, 0, ""}, {2, 2, ""}, {2, 0, ""}}},
+        // Blocks of 3.2M parameters: each old shard (12.6 MB whole, 6.3 MB a chunk) streams
+        // through the reader's 4 MiB buffer in pieces, a chunk's edge inside a piece.
+        RepartitionCase{"one_to_two_to_one_wide_stage2_cpu", "cpu", 2,
+                        {{1, 2, ""}, {2, 2, ""}, {1, 2, ""}},
+                        "--layers 2 --width 512 --heads 8 --seq-len 16 --vocab 64 --batch 4 "
+                        "--device-budget 64M --pinned-budget 256M --synthetic-bytes 65536"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Re-partitioning reads every old part's shards and checks each against its recorded hash
