@@ -156,7 +156,7 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   };
   auto cfg = BuildTrainConfig(cmd, a);
   if (!cfg.ok()) return fail(cfg.status(), 2);
-  const Config& c = cfg->config;
+  Config& c = cfg->config;
   const train::GptDims dims = train::GptDims::FromConfig(c.zinf.model);
   const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   const kernels::DType moments = train::MomentType(c);
@@ -181,6 +181,10 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   const bool swap_used = state_nvme || c.zero.offload_param.device == OffloadDevice::kNvme;
   if (swap_used) in.align = OffsetAlign(dirs[0]);
   const uint64_t available = MemAvailableBytes();
+  // zinf.budgets.host_bytes "auto": what zinf train would size it to now.
+  if (c.zinf.budgets.host_bytes_auto && state_nvme && available > 0) {
+    c.zinf.budgets.host_bytes = train::AutoHostBytes(available, in.pinned_budget, in.device_budget);
+  }
   auto placement = train::PlaceOptimizerState(
       dims, c, a.placement, per_param, [&](uint32_t u) { return dims.UnitParams(u); },
       available > in.pinned_budget ? available - in.pinned_budget : 1);
@@ -238,10 +242,8 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   std::optional<train::Plan> proposal;
   uint64_t proposed_host = 0;
   if (state_nvme && !c.zinf.budgets.host_bytes && a.placement == "auto") {
-    const uint64_t reserve = 2ull << 30;  // the process, the corpus, the page cache's floor
-    const uint64_t spare = available > in.pinned_budget + reserve
-                               ? available - in.pinned_budget - reserve : 0;
-    proposed_host = spare / (1ull << 30) * (1ull << 30);
+    // What --host-budget auto would give (zinf train sizes it the same way).
+    proposed_host = train::AutoHostBytes(available, in.pinned_budget, in.device_budget);
     if (proposed_host >= (1ull << 30)) {
       Config pc = c;
       pc.zinf.budgets.host_bytes = proposed_host;

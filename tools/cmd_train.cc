@@ -243,8 +243,10 @@ void AddTrainFlags(CLI::App* cmd, TrainArgs* a) {
   cmd->add_option("--device-budget", a->device_budget, "zinf.budgets.device_bytes, e.g. 512M, or auto");
   cmd->add_option("--pinned-budget", a->pinned_budget, "zinf.budgets.pinned_bytes, e.g. 4G, or auto (what the run wants, within what the machine allows)");
   cmd->add_option("--host-budget", a->host_budget,
-                  "zinf.budgets.host_bytes, e.g. 12G: plain host memory for optimizer state "
-                  "(with --offload nvme, --placement auto keeps the units that fit there)");
+                  "zinf.budgets.host_bytes, e.g. 12G, or auto (the memory available less the "
+                  "pinned and device budgets and 2 GiB, in whole GiB): plain host memory for "
+                  "optimizer state (with --offload nvme, --placement auto keeps the units that "
+                  "fit there)");
   cmd->add_option("--placement", a->placement,
                   "Where each unit's optimizer state lives with --offload nvme: auto (the units "
                   "that fit in zinf.budgets.host_bytes in memory, the rest on NVMe), nvme (all "

@@ -99,6 +99,7 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
   }
   if (set("--host-budget", {"zinf.budgets.host_bytes"})) {
     ZINF_RETURN_IF_ERROR(budget("--host-budget", a.host_budget, &c.zinf.budgets.host_bytes));
+    c.zinf.budgets.host_bytes_auto = a.host_budget == "auto";
   }
   if (set("--offload", {"zero_optimization.offload_param.device",
                         "zero_optimization.offload_optimizer.device"})) {

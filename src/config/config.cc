@@ -299,6 +299,9 @@ Result<Config> Config::FromString(std::string_view text, const ConfigParseOption
   config_internal::ReadConfig(doc, &c, &report);
   c.unimplemented = std::move(report.unimplemented);
   c.auto_keys = std::move(report.auto_keys);
+  for (const std::string& k : c.auto_keys) {
+    if (k == "zinf.budgets.host_bytes") c.zinf.budgets.host_bytes_auto = true;
+  }
   c.given_keys = std::move(report.given);
   std::vector<std::string> lines = std::move(report.errors);
   // Cross-field rules only make sense over values that were read.
@@ -454,8 +457,7 @@ nlohmann::ordered_json Config::ToJson() const {
   const ModelConfig& m = zinf.model;
   out["zinf"] = {{"budgets",
                   {{"device_bytes", bytes_or_auto(zinf.budgets.device_bytes)},
-                   {"pinned_bytes", bytes_or_auto(zinf.budgets.pinned_bytes)},
-                   {"host_bytes", bytes_or_auto(zinf.budgets.host_bytes)}}},
+                   {"pinned_bytes", bytes_or_auto(zinf.budgets.pinned_bytes)}}},
                  {"prefetch_depth", zinf.prefetch_depth},
                  {"pipeline_depth", zinf.pipeline_depth},
                  {"max_inflight_bytes", zinf.max_inflight_bytes},
@@ -485,6 +487,12 @@ nlohmann::ordered_json Config::ToJson() const {
                   {{"timeout_seconds", zinf.comm.timeout_seconds},
                    {"check_sequence", zinf.comm.check_sequence}}},
                  {"strict", zinf.strict}};
+  // Absent means none (not sized from the machine): left out, not "auto".
+  if (zinf.budgets.host_bytes) {
+    out["zinf"]["budgets"]["host_bytes"] = *zinf.budgets.host_bytes;
+  } else if (zinf.budgets.host_bytes_auto) {
+    out["zinf"]["budgets"]["host_bytes"] = "auto";
+  }
   return out;
 }
 

@@ -187,7 +187,10 @@ struct TrainConfig {
 struct BudgetsConfig {
   std::optional<uint64_t> device_bytes;
   std::optional<uint64_t> pinned_bytes;
+  // Plain host memory for optimizer state (with it on NVMe and --placement auto). Absent: none.
+  // "auto" (host_bytes_auto): sized at start from the memory available (AutoHostBytes).
   std::optional<uint64_t> host_bytes;
+  bool host_bytes_auto = false;
 };
 
 // `zinf.model`: the GPT-2 style decoder of `zinf train` (issue 5). Units: the embedding, each

@@ -31,4 +31,11 @@ uint64_t AutoPinnedBudget(const GptDims& d, const Config& c, const ExecutorOptio
   return std::min(wanted, AutoPinnedCap());
 }
 
+uint64_t AutoHostBytes(uint64_t available, uint64_t pinned_budget, uint64_t device_budget) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  const uint64_t taken = pinned_budget + device_budget + 2 * kGiB;
+  const uint64_t spare = available > taken ? available - taken : 0;
+  return spare / kGiB * kGiB;
+}
+
 }  // namespace zinf::train

@@ -15,6 +15,12 @@
 //   NVMe (what the config's check asks of any budget), at most AutoPinnedCap() (a quarter of
 //   the memory available now, at most 2 GiB). With the budget set, that budget.
 //
+// - AutoHostBytes: zinf.budgets.host_bytes "auto": the memory available beside the pinned
+//   budget, the device budget (host memory on the host-emulated device; counted on a GPU too)
+//   and a reserve of 2 GiB (the process, the corpus, the page cache's floor), in whole GiB;
+//   0 when under 1 GiB would be left. Given `available` (MemAvailable) so the plan and the run
+//   agree on the same reading.
+//
 // Thread-safety: plain functions over values (AutoPinnedBudget reads /proc/meminfo).
 #pragma once
 
@@ -33,5 +39,6 @@ uint64_t StateBytesPerParam(const Config& c);
 uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
                    const std::vector<char>& state_in_memory);
 uint64_t AutoPinnedBudget(const GptDims& d, const Config& c, const ExecutorOptions& eo);
+uint64_t AutoHostBytes(uint64_t available, uint64_t pinned_budget, uint64_t device_budget);
 
 }  // namespace zinf::train

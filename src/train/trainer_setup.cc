@@ -265,10 +265,22 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   const bool chunked = eo.partition_optimizer;
   const uint64_t pinned_budget = *rc.zinf.budgets.pinned_bytes;
   const uint64_t mem_available = MemAvailableBytes();
+  // zinf.budgets.host_bytes "auto": sized now from the memory available (a resume keeps its
+  // checkpoint's placement instead).
+  Config placed = c;
+  if (c.zinf.budgets.host_bytes_auto && eo.optimizer_on_nvme && !recorded_in_memory &&
+      mem_available > 0) {
+    const uint64_t device = c.zinf.budgets.device_bytes.value_or(uint64_t{1} << 30);
+    placed.zinf.budgets.host_bytes = AutoHostBytes(mem_available, pinned_budget, device);
+    Log().info("train: host budget auto: {} ({} available, less the pinned budget {}, the device "
+               "budget {} and 2 GiB kept)",
+               FormatBytesHuman(*placed.zinf.budgets.host_bytes), FormatBytesHuman(mem_available),
+               FormatBytesHuman(pinned_budget), FormatBytesHuman(device));
+  }
   ZINF_ASSIGN_OR_RETURN(
       const StatePlacement placement,
       PlaceOptimizerState(
-          dims, c, opt.placement, StateBytesPerParam(c),
+          dims, placed, opt.placement, StateBytesPerParam(c),
           [&](uint32_t u) {
             const uint64_t n = dims.UnitParams(u);
             return chunked ? ckpt::ChunkOfUnit(n, world32, rank32).len : n;

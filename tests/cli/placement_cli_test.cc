@@ -2,9 +2,9 @@
 // every unit's optimizer state on NVMe or in host memory trains bit for bit as all of it on
 // NVMe (losses and final weights), with fp32 and bf16 moments, the plain and the overlapped
 // step; the state in memory stays within zinf.budgets.host_bytes and the NVMe bytes fall with
-// it; a checkpoint of a mixed placement puts the units in memory in state.bin and names the
-// others in the swap file, verifies, and resumes bit for bit; bad placements are refused
-// naming the problem.
+// it (`--host-budget auto` sizes it from the memory available); a checkpoint of a mixed
+// placement puts the units in memory in state.bin and names the others in the swap file,
+// verifies, and resumes bit for bit; bad placements are refused naming the problem.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -39,7 +39,7 @@ struct RunResult {
   std::vector<std::string> losses;
   std::string weights;
   nlohmann::json summary;
-  std::string out;
+  std::string out, err;
 };
 
 RunResult Train(const TempDir& dir, const std::string& name, const std::string& flags,
@@ -56,6 +56,7 @@ RunResult Train(const TempDir& dir, const std::string& name, const std::string& 
   run.weights = ReadFile(save);
   run.summary = ReadJson(summary);
   run.out = r.out;
+  run.err = r.err;
   return run;
 }
 
@@ -201,6 +202,25 @@ TEST(PlacementCheckpointTest, AResumeUnderAutoKeepsTheCheckpointsPlacement) {
       << second.err;
   EXPECT_EQ(LossRecords({dir / "a.jsonl", dir / "b.jsonl"}), ref.losses);
   EXPECT_TRUE(ReadFile(dir / "b.safetensors") == ref.weights) << "final weights differ";
+}
+
+// --host-budget auto (and "host_bytes": "auto" in a config) sizes the budget from the memory
+// available: the tiny model's state (328 KiB) then fits in memory whole, and trains bit for bit
+// as all of it on NVMe. Absent, nothing is in memory; the config records "auto" and null apart.
+TEST(PlacementFlagsTest, HostBudgetAutoIsSizedFromTheMemoryAvailable) {
+  TempDir dir;
+  RunResult nvme = Train(dir, "nvme", "");
+  EXPECT_EQ(nvme.summary["optimizer_state_memory_bytes"], 0);
+  RunResult flag = Train(dir, "flag", "--host-budget auto");
+  EXPECT_NE(flag.err.find("host budget auto: "), std::string::npos) << flag.err;
+  EXPECT_EQ(flag.summary["optimizer_state_nvme_bytes"], 0) << flag.summary.dump();
+  EXPECT_EQ(flag.summary["optimizer_state_memory_bytes"], 12 * 28032);
+  EXPECT_EQ(flag.losses, nvme.losses);
+  EXPECT_TRUE(flag.weights == nvme.weights) << "final weights differ";
+  WriteText(dir / "auto.json", R"({"zinf": {"budgets": {"host_bytes": "auto"}}})");
+  RunResult file = Train(dir, "file", "--config " + dir / "auto.json");
+  EXPECT_EQ(file.summary["optimizer_state_memory_bytes"], 12 * 28032) << file.out;
+  EXPECT_TRUE(file.weights == nvme.weights) << "final weights differ";
 }
 
 TEST(PlacementFlagsTest, RefusalsNameTheProblem) {
