@@ -296,11 +296,14 @@ Status TierManager::WriteHome(ShardId id, const void* src) {
         return FailedPrecondition(fmt::format("WriteHome({}): the shard is leased", s.spec.name));
       }
     }
-    FreeCopy(id, Tier::kDevice);
     if (s.spec.home == Tier::kHost) {
-      std::memcpy(s.copy[kHostIdx].ptr, src, s.spec.bytes);
+      lock.unlock();
+      ZINF_ASSIGN_OR_RETURN(void* home, BeginHomeWrite(id));
+      std::memcpy(home, src, s.spec.bytes);
+      EndHomeWrite(id);
       return Status::Ok();
     }
+    FreeCopy(id, Tier::kDevice);
     FreeCopy(id, Tier::kHost);
     Slot slot;
     ZINF_RETURN_IF_ERROR(Reserve(lock, Tier::kHost, id, false, trace_.pos(), &slot));
@@ -337,6 +340,42 @@ Status TierManager::WriteHome(ShardId id, const void* src) {
     cv_.notify_all();
     return st.ok() ? st : st.WithContext(fmt::format("WriteHome({})", s.spec.name));
   }
+}
+
+Result<void*> TierManager::BeginHomeWrite(ShardId id) {
+  ZINF_RETURN_IF_ERROR(EnsureSealed());
+  std::unique_lock lock(mu_);
+  if (id >= shards_.size()) return InvalidArgument(fmt::format("unknown shard {}", id));
+  Shard& s = *shards_[id];
+  if (s.spec.home != Tier::kHost) {
+    return FailedPrecondition(fmt::format(
+        "BeginHomeWrite({}): the home is on NVMe (WriteHome writes it through)", s.spec.name));
+  }
+  WaitTransfers(lock, s);
+  for (auto& c : s.copy) {
+    if (c.pins > 0) {
+      return FailedPrecondition(fmt::format("BeginHomeWrite({}): the shard is leased",
+                                            s.spec.name));
+    }
+  }
+  FreeCopy(id, Tier::kDevice);
+  // The home is its host copy: marked loading while the caller fills it, so that a device load
+  // (a prefetch) reserves its slot and waits for EndHomeWrite to start the copy.
+  Copy& h = s.copy[kHostIdx];
+  h.state = Copy::kLoading;
+  h.pins++;
+  return h.ptr;
+}
+
+void TierManager::EndHomeWrite(ShardId id) {
+  std::lock_guard lock(mu_);
+  Shard& s = *shards_[id];
+  Copy& h = s.copy[kHostIdx];
+  h.pins--;
+  h.state = Copy::kReady;
+  h.last_use = ++tick_;
+  if (s.device_wants_host) StartHostToDevice(id);
+  cv_.notify_all();
 }
 
 Status TierManager::ReadHome(ShardId id, void* dst) {

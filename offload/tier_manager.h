@@ -208,6 +208,14 @@ class TierManager {
   // FailedPrecondition when a copy is leased. An NVMe home is written through a host slot of the
   // shard's class (no memory outside the budget), which then stays as its clean host copy.
   Status WriteHome(ShardId id, const void* src);
+  // WriteHome in place, for a shard homed in host memory: lends the home for the caller to fill
+  // (the optimizer's new 16-bit weights, written there without a staging copy). Waits for a
+  // transfer of the shard in flight and drops its device copy; FailedPrecondition when a copy is
+  // leased or the home is on NVMe. Until EndHomeWrite the shard is being loaded: a device load of
+  // it waits, and Acquire/WriteHome/Invalidate of it wait or fail as for a transfer in flight.
+  // Exactly one EndHomeWrite follows each BeginHomeWrite that succeeded.
+  Result<void*> BeginHomeWrite(ShardId id);
+  void EndHomeWrite(ShardId id);
   // Reads what the shard's home holds (dirty copies not included: Flush first to see them), from
   // a clean host copy when there is one, else from NVMe through a host slot of its class; for
   // checks and checkpoints.

@@ -157,9 +157,9 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
                s.step_seconds_median, s.step_over_bound);
     fmt::print("         per step in the run: compute {:.3f} s, waiting for weights {:.3f} s "
                "({:.3f} s of it for the optimizer's), gradient hand-over {:.3f} s, optimizer "
-               "{:.3f} s\n",
+               "{:.3f} s (Adam {:.3f} s of it)\n",
                s.compute_seconds, s.stall_seconds, s.optimizer_wait_seconds, s.grad_seconds,
-               s.optimizer_seconds);
+               s.optimizer_seconds, s.adam_seconds);
   }
   if (s.checkpoints > 0) {
     fmt::print("      checkpoints: {} committed, the last {}{}\n", s.checkpoints, s.last_checkpoint,

@@ -216,8 +216,19 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
       tm.Release(std::move(lease), false).IgnoreError();
       return g.status();
     }
+    // New 16-bit weights homed in host memory are written there in place (no staging copy).
+    const bool in_place = tm.spec(p16_[u]).home == Tier::kHost;
+    void* p16_out = p16_staging_.data();
+    if (in_place) {
+      auto home = tm.BeginHomeWrite(p16_[u]);
+      if (!home.ok()) {
+        tm.Release(std::move(lease), false).IgnoreError();
+        return home.status();
+      }
+      p16_out = *home;
+    }
     kernels::AdamBuffers b{master_[u].data(), *g, GradType(), exp_avg_[u].data(),
-                           exp_avg_sq_[u].data(), options_.moment_type, p16_staging_.data(),
+                           exp_avg_sq_[u].data(), options_.moment_type, p16_out,
                            options_.param16_type, n};
     b.stochastic_state = options_.stochastic_moments;
     b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, RoundingStream(u));
@@ -225,9 +236,10 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
     auto a0 = Clock::now();
     auto r = kernels::AdamStep(hyper, b, options_.adam);
     st->adam_seconds += Since(a0);
+    if (in_place) tm.EndHomeWrite(p16_[u]);
     ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
     ZINF_RETURN_IF_ERROR(r.status());
-    ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
+    if (!in_place) ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
     hashes_known_[u] = 0;  // state in memory is hashed when a checkpoint writes it
     ++st->units;
   }

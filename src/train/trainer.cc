@@ -120,6 +120,7 @@ std::string TrainSummary::ToJson() const {
   j["optimizer_wait_seconds_per_step"] = optimizer_wait_seconds;
   j["grad_seconds_per_step"] = grad_seconds;
   j["optimizer_seconds_per_step"] = optimizer_seconds;
+  j["adam_seconds_per_step"] = adam_seconds;
   if (step_over_bound > 0) {
     j["compute_bound_seconds"] = compute_bound_seconds;
     j["io_bound_seconds"] = io_bound_seconds;
@@ -413,6 +414,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     sum.optimizer_wait_seconds = es.optimizer_wait_seconds / n;
     sum.grad_seconds = es.grad_seconds / n;
     sum.optimizer_seconds = es.optimizer_seconds / n;
+    sum.adam_seconds = es.adam_seconds / n;
   }
   sum.pinned_budget_bytes = rt->pool->budget_bytes();
   sum.optimizer_state_bytes = StateBytesPerParam(c) * ex->StateParams();

@@ -107,6 +107,7 @@ struct TrainSummary {
   // Where the executor's time went, per step (medians are not kept: totals / steps).
   double compute_seconds = 0, stall_seconds = 0, grad_seconds = 0, optimizer_seconds = 0;
   double optimizer_wait_seconds = 0;  // of stall_seconds: waiting for the optimizer's weights
+  double adam_seconds = 0;  // of optimizer_seconds: the CPU Adam kernel busy
   // Checkpoints (zinf.checkpoint): committed by this run, the last one's directory, the writer
   // thread's time (overlapping training) and the bytes it wrote (state in memory; state on NVMe
   // is named, not copied). A resumed run's step counts start at the checkpoint's step.
