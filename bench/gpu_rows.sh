@@ -37,7 +37,7 @@ flags=(
 steps=(12 12 12 6 6 6)
 
 printf '%-14s %9s %9s %6s  %-28s %s\n' row predicted measured ratio "plan bound (compute/adam/nvme)" \
-  "measured parts: compute/grad/optimizer/stall s, nvme r/w GB per step" >"$rows"
+  "measured parts: compute/grad/optimizer(Adam)/stall s, nvme r/w GB per step" >"$rows"
 for i in "${!names[@]}"; do
   name=${names[$i]}
   left=$((deadline - SECONDS))
@@ -74,9 +74,9 @@ pred = s.get("step", float("nan"))
 meas = tr["step_seconds_median"]
 n = max(1, tr["steps"])
 bound = f'{pl.get("bound", "?")} ({s.get("compute", 0):.3f}/{s.get("adam", 0):.3f}/{s.get("nvme", 0):.3f})'
-parts = "{:.3f}/{:.3f}/{:.3f}/{:.3f}, {:.2f}/{:.2f}".format(
+parts = "{:.3f}/{:.3f}/{:.3f}({:.3f})/{:.3f}, {:.2f}/{:.2f}".format(
     tr["compute_seconds_per_step"], tr["grad_seconds_per_step"], tr["optimizer_seconds_per_step"],
-    tr["stall_seconds_per_step"], tr["nvme_read_bytes_step_median"] / 1e9,
+    tr.get("adam_seconds_per_step", float("nan")), tr["stall_seconds_per_step"], tr["nvme_read_bytes_step_median"] / 1e9,
     tr["nvme_write_bytes_step_median"] / 1e9)
 print(f"{name:<14} {pred:9.4f} {meas:9.4f} {meas / pred if pred else float('nan'):6.2f}  {bound:<28} {parts}")
 PY

@@ -1,5 +1,6 @@
 #include "offload/grad_accumulator.h"
 
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -148,13 +149,17 @@ Status GradAccumulator::Process(Job& job, double* sum_squares, bool* finite) {
       tm_.Release(std::move(job.lease), false).IgnoreError();
       return st;
     }
-    auto ok = kernels::AllFinite(job.dst, h.type, n);
-    if (ok.ok()) {
-      *finite = *ok;
-      if (h.sum_squares) {
-        *sum_squares += kernels::cpu::SumSquares16(static_cast<const uint16_t*>(job.dst), h.type, n);
-      }
+    if (h.sum_squares) {
+      // One pass: Σ g² in double is finite exactly when every 16-bit value is (the largest
+      // squared is below 2^256), so it also answers AllFinite.
+      const double s =
+          kernels::cpu::SumSquares16(static_cast<const uint16_t*>(job.dst), h.type, n);
+      *finite = std::isfinite(s);
+      *sum_squares += s;
+      return tm_.Release(std::move(job.lease), true);
     }
+    auto ok = kernels::AllFinite(job.dst, h.type, n);
+    if (ok.ok()) *finite = *ok;
     ZINF_RETURN_IF_ERROR(tm_.Release(std::move(job.lease), ok.ok()));
     return ok.status();
   }

@@ -389,6 +389,12 @@ class LayerExecutor {
   Status HandOverGrad(uint32_t unit, const float* grad, float scale, bool first, bool last);
   // One unit's optimizer step (its gradients final), new param16 home, gradients discarded.
   Status StepUnit(uint32_t unit, const kernels::AdamHyper& hyper, offload::OptimizerStepStats* st);
+  // StepUnit's body for a unit whose state is in memory (no pipeline): Adam over its gradient
+  // (acquired in `grad_mode`), the new param16 written home (in place when homed in host
+  // memory). Touches neither stats_ nor the gradient's copies: callable from the async step's
+  // thread.
+  Status StepUnitInMemory(uint32_t unit, const kernels::AdamHyper& hyper,
+                          offload::AcquireMode grad_mode, offload::OptimizerStepStats* st);
   // Whole-extent transfers of optimizer state through the pipeline's first slab (idle between
   // steps): no memory outside the pinned budget.
   Status WriteNvme(const offload::Extent& e, const void* src, uint64_t bytes);
@@ -511,6 +517,11 @@ class LayerExecutor {
   // unit's Adam waiting until OpenGate(unit) says its gradient is final (and opt_hyper_ set);
   // the unit's 16-bit weights are left to the prefetcher until then (backward still uses them).
   Status StartAsyncStep(std::vector<uint32_t> order, bool gated);
+  // The asynchronous step with every unit's state in memory and its 16-bit weights homed in
+  // host memory (no pipeline): StepUnitInMemory unit by unit on its own thread, in unit order,
+  // under the next forward; each unit's weights are left to the prefetcher until written.
+  Status StartAsyncMemoryStep();
+  bool CanStepMemoryAsync() const;
   // The unit's gradient is final and opt_hyper_ holds the step's hyper-parameters: its Adam
   // may run (training thread).
   Status OpenGate(uint32_t unit);

@@ -209,44 +209,52 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
     stats_.optimizer_bytes_read += one.bytes_read;
     stats_.optimizer_bytes_written += one.bytes_written;
   } else {
-    const uint64_t n = dims_.UnitParams(u);
-    ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[u], Tier::kHost));
-    auto g = lease.Wait();
-    if (!g.ok()) {
-      tm.Release(std::move(lease), false).IgnoreError();
-      return g.status();
-    }
-    // New 16-bit weights homed in host memory are written there in place (no staging copy).
-    const bool in_place = tm.spec(p16_[u]).home == Tier::kHost;
-    void* p16_out = p16_staging_.data();
-    if (in_place) {
-      auto home = tm.BeginHomeWrite(p16_[u]);
-      if (!home.ok()) {
-        tm.Release(std::move(lease), false).IgnoreError();
-        return home.status();
-      }
-      p16_out = *home;
-    }
-    kernels::AdamBuffers b{master_[u].data(), *g, GradType(), exp_avg_[u].data(),
-                           exp_avg_sq_[u].data(), options_.moment_type, p16_out,
-                           options_.param16_type, n};
-    b.stochastic_state = options_.stochastic_moments;
-    b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, RoundingStream(u));
-    b.state_index_base = ChunkOf(u).lo;
-    auto a0 = Clock::now();
-    auto r = kernels::AdamStep(hyper, b, options_.adam);
-    st->adam_seconds += Since(a0);
-    if (in_place) tm.EndHomeWrite(p16_[u]);
-    ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
-    ZINF_RETURN_IF_ERROR(r.status());
-    if (!in_place) ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
+    ZINF_RETURN_IF_ERROR(StepUnitInMemory(u, hyper, offload::AcquireMode::kRead, st));
     hashes_known_[u] = 0;  // state in memory is hashed when a checkpoint writes it
-    ++st->units;
   }
   ZINF_RETURN_IF_ERROR(tm.Discard(grad_[u]));
   const double dt = Since(t0);
   st->seconds += dt;
   stats_.optimizer_seconds += dt;
+  return Status::Ok();
+}
+
+Status LayerExecutor::StepUnitInMemory(uint32_t u, const kernels::AdamHyper& hyper,
+                                       offload::AcquireMode grad_mode,
+                                       offload::OptimizerStepStats* st) {
+  offload::TierManager& tm = *rt_.tiers;
+  const uint64_t n = dims_.UnitParams(u);
+  ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[u], Tier::kHost, grad_mode));
+  auto g = lease.Wait();
+  if (!g.ok()) {
+    tm.Release(std::move(lease), false).IgnoreError();
+    return g.status();
+  }
+  // New 16-bit weights homed in host memory are written there in place (no staging copy).
+  const bool in_place = tm.spec(p16_[u]).home == Tier::kHost;
+  void* p16_out = p16_staging_.data();
+  if (in_place) {
+    auto home = tm.BeginHomeWrite(p16_[u]);
+    if (!home.ok()) {
+      tm.Release(std::move(lease), false).IgnoreError();
+      return home.status();
+    }
+    p16_out = *home;
+  }
+  kernels::AdamBuffers b{master_[u].data(), *g, GradType(), exp_avg_[u].data(),
+                         exp_avg_sq_[u].data(), options_.moment_type, p16_out,
+                         options_.param16_type, n};
+  b.stochastic_state = options_.stochastic_moments;
+  b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, RoundingStream(u));
+  b.state_index_base = ChunkOf(u).lo;
+  auto a0 = Clock::now();
+  auto r = kernels::AdamStep(hyper, b, options_.adam);
+  st->adam_seconds += Since(a0);
+  if (in_place) tm.EndHomeWrite(p16_[u]);
+  ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
+  ZINF_RETURN_IF_ERROR(r.status());
+  if (!in_place) ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
+  ++st->units;
   return Status::Ok();
 }
 
@@ -282,6 +290,13 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
     // All units through the pipeline, on its own thread, under the next forward.
     opt_hyper_ = hyper;
     ZINF_RETURN_IF_ERROR(StartAsyncStep(all_units_, /*gated=*/false));
+    return st;  // empty: the step's stats arrive when it finishes
+  }
+  if (CanStepMemoryAsync()) {
+    // Every unit's state in memory: unit by unit on the step's own thread, under the next
+    // forward (which takes each unit's new weights as soon as they are written).
+    opt_hyper_ = hyper;
+    ZINF_RETURN_IF_ERROR(StartAsyncMemoryStep());
     return st;  // empty: the step's stats arrive when it finishes
   }
   if (pipeline_ != nullptr) {
@@ -388,6 +403,50 @@ Status LayerExecutor::StartAsyncStep(std::vector<uint32_t> order, bool gated) {
     std::fill(unit_written_.begin(), unit_written_.end(), 1);  // nobody waits forever
     opt_cv_.notify_all();
     return r;
+  });
+  return Status::Ok();
+}
+
+bool LayerExecutor::CanStepMemoryAsync() const {
+  if (pipeline_ != nullptr || !options_.async_optimizer || partitioned_) return false;
+  for (uint32_t u = 0; u < dims_.units(); ++u) {
+    if (StateOnNvme(u) || rt_.tiers->spec(p16_[u]).home != Tier::kHost) return false;
+  }
+  return true;
+}
+
+Status LayerExecutor::StartAsyncMemoryStep() {
+  opt_order_ = all_units_;
+  opt_gated_ = false;
+  gates_opened_ = 0;
+  {
+    std::lock_guard lock(opt_mu_);
+    unit_written_.assign(dims_.units(), 0);
+    gate_open_.assign(dims_.units(), 1);
+    gate_abort_ = false;
+  }
+  // The prefetcher leaves the old weights alone: each unit's new ones replace them in place.
+  for (uint32_t u : opt_order_) rt_.tiers->BeginRewrite(p16_[u]);
+  opt_hashing_ = {};
+  PrepareHashing(opt_order_, &opt_hashing_);
+  opt_running_ = true;
+  opt_future_ = std::async(std::launch::async, [this]() -> Result<offload::OptimizerStepStats> {
+    offload::OptimizerStepStats st;
+    auto t0 = Clock::now();
+    // No device call is expected here (the forward waits for each unit before loading it), but
+    // a device load started meanwhile would begin from EndHomeWrite on this thread.
+    Status s = rt_.device->BindCurrentThread();
+    for (uint32_t u : opt_order_) {
+      // The gradients are read beside the forward's own accesses: not in its traced order.
+      if (s.ok()) s = StepUnitInMemory(u, opt_hyper_, offload::AcquireMode::kReadUntraced, &st);
+      rt_.tiers->HomeRewritten(p16_[u]);  // the prefetcher may load it again
+      std::lock_guard lock(opt_mu_);
+      unit_written_[u] = 1;  // also after a failure: nobody waits forever
+      opt_cv_.notify_all();
+    }
+    st.seconds = Since(t0);
+    if (!s.ok()) return s;
+    return st;
   });
   return Status::Ok();
 }

@@ -19,8 +19,10 @@
 //   units being read during the previous backward (not in the optimizer step's time); with
 //   zinf.overlap_adam the optimizer step runs beside the last micro-batch's backward (the
 //   other three quarters) instead: step = compute - backward + max(backward, optimizer step);
-//   with the state in memory Adam follows backward: step = compute + Adam. Every NVMe byte of
-//   the step at those rates is a floor under it. The bound is the part that sets it.
+//   with the state in memory Adam runs unit by unit under the next forward (with overlap_adam
+//   beside the last backward) in the same way: step = compute - hidden + max(hidden, Adam), on
+//   the host-emulated device (compute on the CPU Adam uses) hidden = 0. Every NVMe byte of the
+//   step at those rates is a floor under it. The bound is the part that sets it.
 // - fits: the swap file against the free space of its file system and the state in memory
 //   against zinf.budgets.host_bytes; when it does not fit, what would: 16-bit moments, a bigger
 //   host budget, a second drive (its size).
