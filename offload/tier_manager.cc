@@ -369,10 +369,18 @@ Result<void*> TierManager::BeginHomeWrite(ShardId id) {
 
 void TierManager::EndHomeWrite(ShardId id) {
   std::lock_guard lock(mu_);
+  if (id >= shards_.size() || shards_[id]->copy[kHostIdx].state != Copy::kLoading ||
+      shards_[id]->spec.home != Tier::kHost) {
+    Log().critical("tier: EndHomeWrite({}) without a BeginHomeWrite (a bug)", id);
+    Log().flush();
+    std::abort();
+  }
   Shard& s = *shards_[id];
   Copy& h = s.copy[kHostIdx];
   h.pins--;
   h.state = Copy::kReady;
+  h.stale = false;  // the home holds the newest content now
+  h.dirty = false;
   h.last_use = ++tick_;
   if (s.device_wants_host) StartHostToDevice(id);
   cv_.notify_all();
@@ -385,6 +393,8 @@ Status TierManager::ReadHome(ShardId id, void* dst) {
   Shard& s = *shards_[id];
   Copy& h = s.copy[kHostIdx];
   if (s.spec.home == Tier::kHost) {
+    // Not while BeginHomeWrite lends it: a read then would mix old and new bytes.
+    cv_.wait(lock, [&] { return h.state != Copy::kLoading; });
     std::memcpy(dst, h.ptr, s.spec.bytes);
     return Status::Ok();
   }

@@ -212,8 +212,8 @@ class TierManager {
   // (the optimizer's new 16-bit weights, written there without a staging copy). Waits for a
   // transfer of the shard in flight and drops its device copy; FailedPrecondition when a copy is
   // leased or the home is on NVMe. Until EndHomeWrite the shard is being loaded: a device load of
-  // it waits, and Acquire/WriteHome/Invalidate of it wait or fail as for a transfer in flight.
-  // Exactly one EndHomeWrite follows each BeginHomeWrite that succeeded.
+  // it waits, and Acquire/ReadHome/WriteHome/Invalidate of it wait as for a transfer in flight.
+  // Exactly one EndHomeWrite follows each BeginHomeWrite that succeeded (another aborts).
   Result<void*> BeginHomeWrite(ShardId id);
   void EndHomeWrite(ShardId id);
   // Reads what the shard's home holds (dirty copies not included: Flush first to see them), from

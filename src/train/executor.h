@@ -391,8 +391,8 @@ class LayerExecutor {
   Status StepUnit(uint32_t unit, const kernels::AdamHyper& hyper, offload::OptimizerStepStats* st);
   // StepUnit's body for a unit whose state is in memory (no pipeline): Adam over its gradient
   // (acquired in `grad_mode`), the new param16 written home (in place when homed in host
-  // memory). Touches neither stats_ nor the gradient's copies: callable from the async step's
-  // thread.
+  // memory). Leases the gradient and releases it clean (never discards it) and leaves stats_
+  // alone: callable from the async step's thread.
   Status StepUnitInMemory(uint32_t unit, const kernels::AdamHyper& hyper,
                           offload::AcquireMode grad_mode, offload::OptimizerStepStats* st);
   // Whole-extent transfers of optimizer state through the pipeline's first slab (idle between

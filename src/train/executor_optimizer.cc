@@ -435,6 +435,15 @@ Status LayerExecutor::StartAsyncMemoryStep() {
     auto t0 = Clock::now();
     // No device call is expected here (the forward waits for each unit before loading it), but
     // a device load started meanwhile would begin from EndHomeWrite on this thread.
+    // However this thread ends (an exception too), no unit is left for the forward to wait on.
+    struct MarkAllWritten {
+      LayerExecutor* ex;
+      ~MarkAllWritten() {
+        std::lock_guard lock(ex->opt_mu_);
+        std::fill(ex->unit_written_.begin(), ex->unit_written_.end(), 1);
+        ex->opt_cv_.notify_all();
+      }
+    } mark_all{this};
     Status s = rt_.device->BindCurrentThread();
     for (uint32_t u : opt_order_) {
       // The gradients are read beside the forward's own accesses: not in its traced order.

@@ -108,9 +108,13 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     // and that step's backward waits for the rest; with it each unit's Adam runs on the training
     // thread during the last backward, beside the device's backward kernels. On the
     // host-emulated device compute shares the CPU with Adam: nothing hides.
+    // With the 16-bit weights homed on NVMe the step runs after backward (not under the
+    // forward: their writes go through the tier manager's slots).
     const bool overlap = c.zinf.overlap_adam;
+    const bool under_forward = !params_nvme;
     const double per_mb = p.compute_seconds / in.micro_batches;
-    const double hidden_under = rates.compute_on_host ? 0.0 : (overlap ? 0.75 : 0.25) * per_mb;
+    const double hidden_under =
+        rates.compute_on_host ? 0.0 : (overlap ? 0.75 : under_forward ? 0.25 : 0.0) * per_mb;
     p.optimizer_seconds = p.adam_seconds;
     p.step_seconds =
         p.compute_seconds - hidden_under + std::max(hidden_under, p.adam_seconds);

@@ -1,7 +1,7 @@
 // offload::TierManager::BeginHomeWrite/EndHomeWrite: a shard homed in host memory written in
 // place (the optimizer's new 16-bit weights without a staging copy): the old device copy goes,
 // the next device load reads the new bytes, a device load started during the write waits for
-// it, and NVMe homes and leased shards are refused.
+// it, so does a ReadHome, and NVMe homes and leased shards are refused.
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -78,6 +78,28 @@ TEST(TierManagerHomeWriteTest, ADeviceLoadStartedDuringTheWriteWaitsForIt) {
   acquired.get_future().wait();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::memcpy(*home, b.data(), kShard);
+  rig.tm->EndHomeWrite(*id);
+  EXPECT_EQ(reader.get(), b);
+}
+
+// ReadHome (zinf_tensor_read) during a write in place waits for it: never half old, half new.
+TEST(TierManagerHomeWriteTest, AReadHomeDuringTheWriteWaitsForIt) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(8 << 20, 4 << 20).ok());
+  auto id = rig.tm->Register({.name = "p16", .bytes = kShard, .home = Tier::kHost});
+  ASSERT_TRUE(id.ok());
+  const std::vector<uint8_t> a(kShard, 6), b(kShard, 7);
+  ASSERT_TRUE(rig.tm->WriteHome(*id, a.data()).ok());
+  auto home = rig.tm->BeginHomeWrite(*id);
+  ASSERT_TRUE(home.ok());
+  std::memcpy(*home, b.data(), kShard / 2);  // half written when the read arrives
+  auto reader = std::async(std::launch::async, [&] {
+    std::vector<uint8_t> out(kShard);
+    EXPECT_TRUE(rig.tm->ReadHome(*id, out.data()).ok());
+    return out;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::memcpy(static_cast<uint8_t*>(*home) + kShard / 2, b.data(), kShard / 2);
   rig.tm->EndHomeWrite(*id);
   EXPECT_EQ(reader.get(), b);
 }
