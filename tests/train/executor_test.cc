@@ -1,7 +1,8 @@
 // train::LayerExecutor's use of the device: one allocation (the arena) for the whole run, none
 // after start, and no host synchronization per unit (the stream synchronizations of a step do
 // not grow with the number of layers). Before the arena and the event-based hand-over, every
-// shard copy was a Device::Allocate/Free and every unit's gradient a StreamSynchronize.
+// shard copy was a Device::Allocate/Free and every unit's gradient a StreamSynchronize. With the
+// state in memory, the optimizer step under the next forward equals the one after backward.
 #include "src/train/executor.h"
 
 #include <gtest/gtest.h>
@@ -103,6 +104,79 @@ TEST(LayerExecutorTest, OneDeviceAllocationAndNoHostSyncPerUnit) {
   EXPECT_GT(small.syncs_per_step, 0u);
   EXPECT_EQ(small.syncs_per_step, large.syncs_per_step)
       << "stream synchronizations grow with the layers: a host wait per unit";
+}
+
+// Trains `steps` steps with every shard in host memory (the 16-bit weights pinned, the optimizer
+// state in memory) and returns each unit's fp32 weights, and whether OptimizerStep returned before
+// any Adam ran (the step on its own thread).
+struct InMemoryRun {
+  std::vector<std::vector<float>> weights;
+  bool returned_before_adam = true;
+};
+InMemoryRun TrainInMemory(bool async, int steps) {
+  InMemoryRun out;
+  Config c;
+  c.zinf.model = {.layers = 3, .width = 32, .heads = 4, .seq_len = 16, .vocab = 64};
+  c.zero.offload_param = {.device = OffloadDevice::kCpu};
+  c.zero.offload_optimizer = {.device = OffloadDevice::kCpu};
+  c.zinf.budgets.pinned_bytes = 8 << 20;
+  c.zinf.budgets.device_bytes = 16 << 20;
+  const GptDims dims = GptDims::FromConfig(c.zinf.model);
+  ExecutorOptions eo;
+  eo.batch = 4;
+  eo.async_optimizer = async;
+  auto rt = MakeOffloadRuntime(c, {.device_kind = DeviceKind::kHost});
+  EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+  if (!rt.ok()) return out;
+  Stream* compute = *(*rt)->device->CreateStream("compute");
+  auto be = MakeBackend(*(*rt)->device, compute, 1, (*rt)->arena.get());
+  EXPECT_TRUE(be.ok());
+  auto ex = LayerExecutor::Create(**rt, **be, compute, dims, eo);
+  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
+  if (!ex.ok()) return out;
+  EXPECT_TRUE((*ex)->InitWeights(1).ok());
+  std::vector<int32_t> x(4 * 16), y(4 * 16);
+  std::iota(x.begin(), x.end(), 0);
+  for (auto& t : x) t %= 64;
+  for (size_t i = 0; i < y.size(); ++i) y[i] = x[(i + 1) % x.size()];
+  kernels::AdamHyper h;
+  h.lr = 1e-2f;
+  for (int s = 0; s < steps; ++s) {
+    auto r = (*ex)->ForwardBackward(x.data(), y.data(), 1.0f, 1.0f, true, true);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    h.step = s + 1;
+    const double adam_before = (*ex)->stats().adam_seconds;
+    auto st = (*ex)->OptimizerStep(h);
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    // The async step's stats arrive when it finishes; a synchronous one's at once.
+    if (st.ok() && (st->units != 0 || (*ex)->stats().adam_seconds != adam_before)) {
+      out.returned_before_adam = false;
+    }
+    (*ex)->EndStep();
+  }
+  EXPECT_TRUE((*ex)->FinishOptimizerStep().ok());
+  for (uint32_t u = 0; u < dims.units(); ++u) {
+    out.weights.emplace_back(dims.UnitParams(u));
+    EXPECT_TRUE((*ex)->GetUnitWeights(u, out.weights.back().data()).ok());
+  }
+  return out;
+}
+
+// With the state in memory the optimizer step runs on its own thread under the next forward,
+// and trains bit for bit as the step after backward.
+TEST(LayerExecutorTest, StateInMemoryStepsUnderTheNextForwardBitForBit) {
+  const InMemoryRun async = TrainInMemory(true, 4);
+  const InMemoryRun sync = TrainInMemory(false, 4);
+  EXPECT_TRUE(async.returned_before_adam) << "the in-memory step ran on the training thread";
+  EXPECT_FALSE(sync.returned_before_adam);
+  ASSERT_EQ(async.weights.size(), sync.weights.size());
+  ASSERT_FALSE(async.weights.empty());
+  for (size_t u = 0; u < async.weights.size(); ++u) {
+    EXPECT_EQ(async.weights[u], sync.weights[u]) << "unit " << u;
+  }
+  // The weights moved (the test would pass on a run that never stepped otherwise).
+  const InMemoryRun one = TrainInMemory(false, 1);
+  EXPECT_NE(one.weights[1], sync.weights[1]);
 }
 
 }  // namespace
