@@ -25,7 +25,9 @@ mkdir -p "$out_dir" "$swap" "$work"
 medium="--layers 24 --width 1024 --heads 16 --vocab 256 --seq-len 512 --batch 2 --device-budget 656M --pinned-budget 4G"
 # 24 blocks of width 2048 (1.2B parameters): Adam state 14.5 GB in host memory.
 wide="--layers 24 --width 2048 --heads 16 --vocab 256 --seq-len 512 --batch 4 --device-budget 4G --pinned-budget 8G"
-names=(cpu cpu_overlap cpu_bf16state nvme wide_cpu wide_overlap)
+# The same blocks on 8 x 1024 tokens a step: compute-bound (~30x the tokens of $medium).
+long="--layers 24 --width 1024 --heads 16 --vocab 256 --seq-len 1024 --batch 8 --device-budget 8G --pinned-budget 4G"
+names=(cpu cpu_overlap cpu_bf16state nvme wide_cpu wide_overlap compute_cpu)
 flags=(
   "$medium --offload cpu"
   "$medium --offload cpu --overlap-adam"
@@ -33,8 +35,9 @@ flags=(
   "$medium --offload nvme --swap-dir $swap"
   "$wide --offload cpu"
   "$wide --offload cpu --overlap-adam"
+  "$long --offload cpu"
 )
-steps=(12 12 12 6 6 6)
+steps=(12 12 12 6 6 6 6)
 
 printf '%-14s %9s %9s %6s  %-28s %s\n' row predicted measured ratio "plan bound (compute/adam/nvme)" \
   "measured parts: compute/grad/optimizer(Adam)/stall s, nvme r/w GB per step" >"$rows"
