@@ -582,6 +582,7 @@ Status TierManager::Release(Lease lease, bool dirty, Event last_use) {
     if (!is_home) DropOrMarkStale(lease.shard_, other_tier);
   }
   if (c.stale && c.pins == 0 && c.state == Copy::kReady) FreeCopy(lease.shard_, lease.tier_);
+  if (dirty && options_.write_behind && lease.tier_ == Tier::kHost) StartWriteBehind(lease.shard_);
   cv_.notify_all();
   return Status::Ok();
 }

@@ -108,6 +108,12 @@ struct TierManagerOptions {
   uint32_t prefetch_units = std::numeric_limits<uint32_t>::max();
   uint64_t max_inflight_bytes = 0;  // per link (NVMe read, h2d); 0 = bounded by budgets only
   Tracer* tracer = nullptr;  // spans on "nvme read", "nvme write", "h2d", "d2h", "stall"
+  // Release(lease, dirty = true) of a host copy of an NVMe-homed shard submits its write home
+  // at once, without waiting (the copy pinned until it lands; a lease taken meanwhile still
+  // works, and a write the lease then dirties again leaves the copy dirty); its eviction later
+  // finds it clean. A failed background write leaves the copy dirty and is returned by the next
+  // Acquire.
+  bool write_behind = false;
 };
 
 // Seal's plan: the leases held at once, by every thread together, per tier ([0] device, [1]
@@ -134,6 +140,7 @@ struct TierStats {
   double stall_seconds = 0;  // time callers spent in Lease::Wait
   uint64_t prefetch_hits = 0, prefetch_misses = 0;
   uint64_t evictions = 0, writebacks = 0;  // evictions: both tiers
+  uint64_t write_behinds = 0;  // of writebacks: started by the release (write_behind)
   uint64_t device_evictions = 0, host_evictions = 0;
   uint64_t overwrites = 0, discards = 0;  // reads and write-backs saved by those modes
   uint64_t installs = 0;                  // InstallPending copies (NVMe reads saved)
@@ -293,6 +300,8 @@ class TierManager {
                  size_t need_pos, Slot* out);
   Status Evict(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier);
   Status WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier);
+  // write_behind: submits the idle dirty host copy's write home without waiting.
+  void StartWriteBehind(ShardId id);
   // Returns the copy's slot to its class (device slots keep the copy's last-use events).
   // REQUIRES: no transfer of the copy in flight (a bug otherwise: aborts).
   void FreeCopy(ShardId id, Tier tier);

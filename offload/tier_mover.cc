@@ -265,6 +265,50 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
   return Status::Ok();
 }
 
+void TierManager::StartWriteBehind(ShardId id) {
+  Shard& s = *shards_[id];
+  Copy& c = s.copy[kHostIdx];
+  if (s.spec.home != Tier::kNvme || swap_ == nullptr || !c.dirty || c.stale || c.pins > 0 ||
+      c.state != Copy::kReady) {
+    return;
+  }
+  const uint64_t version = c.version;
+  c.pins++;  // not freed while the engine reads it
+  c.state = Copy::kWriting;
+  LinkBusy(1, +1);
+  // Behind demand reads and prefetches (a forward waiting for weights goes first).
+  Status st = swap_->engine().Submit(
+      {io::OpKind::kWrite, swap_->file(), s.extent.offset, c.ptr, s.host_bytes,
+       io::Priority::kBackground},
+      [this, id, version, t0 = Clock::now()](const Status& r) {
+        std::lock_guard l(mu_);
+        Shard& sh = *shards_[id];
+        Copy& hc = sh.copy[kHostIdx];
+        Span("nvme write", sh.spec.name, t0);
+        LinkBusy(1, -1);
+        hc.state = Copy::kReady;
+        hc.pins--;
+        if (r.ok()) {
+          stats_.nvme_write_bytes += sh.host_bytes;
+          stats_.writebacks++;
+          stats_.write_behinds++;
+          if (hc.version == version) hc.dirty = false;  // else a lease wrote it meanwhile
+        } else if (sticky_.ok()) {
+          // Not written: the copy stays dirty (its eviction writes it again); the next Acquire
+          // reports the failure.
+          sticky_ = r.WithContext(fmt::format("writing {} home in the background", sh.spec.name));
+        }
+        if (hc.stale && hc.pins == 0) FreeCopy(id, Tier::kHost);
+        cv_.notify_all();
+      });
+  if (!st.ok()) {
+    LinkBusy(1, -1);
+    c.state = Copy::kReady;
+    c.pins--;
+    if (sticky_.ok()) sticky_ = st.WithContext(fmt::format("writing {} home", s.spec.name));
+  }
+}
+
 Status TierManager::Evict(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier) {
   Copy& c = shards_[id]->copy[static_cast<int>(tier)];
   if (c.dirty) ZINF_RETURN_IF_ERROR(WriteBack(lock, id, tier));

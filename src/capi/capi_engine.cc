@@ -138,6 +138,7 @@ Status SealLocked(zinf_engine* e) {
   }
   ro.use_nvme = nvme;
   ro.model_rules = false;
+  ro.write_behind = e->config.zinf.write_behind;
   ZINF_ASSIGN_OR_RETURN(auto rt, MakeOffloadRuntime(e->config, ro));
   for (size_t i = 0; i < e->specs.size(); ++i) {
     auto id = rt->tiers->Register(e->specs[i]);
@@ -270,7 +271,8 @@ Status Stats(zinf_engine* e, const char** out) {
     j["prefetch"] = {{"hits", t.prefetch_hits}, {"misses", t.prefetch_misses},
                      {"trace", e->rt->tiers->has_trace()}};
     j["evictions"] = {{"device", t.device_evictions}, {"host", t.host_evictions},
-                      {"writebacks", t.writebacks}};
+                      {"writebacks", t.writebacks},
+                      {"write_behinds", t.write_behinds}};
     j["slots"] = e->rt->tiers->DescribeSlots();
   }
   text = j.dump();

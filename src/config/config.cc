@@ -467,6 +467,7 @@ nlohmann::ordered_json Config::ToJson() const {
                  {"trace_file", zinf.trace_file},
                  {"adam_threads", zinf.adam_threads},
                  {"overlap_adam", zinf.overlap_adam},
+                 {"write_behind", zinf.write_behind},
                  {"seed", zinf.seed},
                  {"optimizer_state_dtype", zinf.optimizer_state_dtype},
                  {"optimizer_state_rounding", zinf.optimizer_state_rounding},

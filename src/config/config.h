@@ -249,6 +249,10 @@ struct ZinfConfig {
   // the coefficient of the PREVIOUS step's global norm (the first step is unclipped); refused
   // with fp16 dynamic loss scaling (an overflow found later could not undo earlier updates).
   bool overlap_adam = false;
+  // The embedding engine (zinf.h): a host copy of an NVMe-homed tensor released dirty starts its
+  // write home at once, in the background, instead of when its slot is next needed (which then
+  // waits for it). zinf train ignores it: its dirty copies are gradients read back in the step.
+  bool write_behind = true;
   uint64_t seed = 1337;       // weight initialisation and the synthetic corpus
   // The Adam moments' storage type: "fp32", or "bf16" (rounded to nearest even at every step:
   // 8 instead of 12 bytes a parameter of optimizer state in memory and on NVMe; an

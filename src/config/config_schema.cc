@@ -274,6 +274,7 @@ void ReadZinf(Reader r, ZinfConfig* c) {
   r.String("trace_file", &c->trace_file, "a file path");
   r.Uint32("adam_threads", &c->adam_threads, 0, 1024);
   r.Bool("overlap_adam", &c->overlap_adam);
+  r.Bool("write_behind", &c->write_behind);
   r.Uint("seed", &c->seed, 0, kU64Max);
   const Choices<std::string_view> state_dtypes = {{"fp32", "fp32"}, {"bf16", "bf16"}};
   std::string_view state_dtype = c->optimizer_state_dtype;

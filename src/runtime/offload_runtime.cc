@@ -85,6 +85,7 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   to.prefetch_units = c.zinf.prefetch_depth;
   to.max_inflight_bytes = c.zinf.max_inflight_bytes;
   to.tracer = options.tracer;
+  to.write_behind = options.write_behind;
   ZINF_ASSIGN_OR_RETURN(rt->tiers, offload::TierManager::Create(*rt->arena, *rt->pool,
                                                                 rt->swap.get(), to));
   return rt;

@@ -50,6 +50,9 @@ struct RuntimeOptions {
   bool model_rules = true;
   Tracer* tracer = nullptr;
   DeviceKind device_kind = DeviceKind::kAuto;  // `zinf train --device`
+  // The tier manager writes dirty host copies of NVMe-homed shards home as they are released
+  // (TierManagerOptions::write_behind); the embedding engine sets it from zinf.write_behind.
+  bool write_behind = false;
   double h2d_gbps = 0;  // host-emulated device: link rate per direction (0 = memcpy speed)
   // Checkpoints naming extents of the swap file: it outlives the process (keep), and a resume
   // reopens it with its contents (reuse; io/swap_file.h keep_contents).

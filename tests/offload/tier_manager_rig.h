@@ -30,7 +30,7 @@ struct Rig {
   std::unique_ptr<TierManager> tm;
 
   Status Make(uint64_t device_budget, uint64_t pinned_budget, bool prefetch = true,
-              double copy_gbps = 0) {
+              double copy_gbps = 0, bool write_behind = false) {
     ZINF_ASSIGN_OR_RETURN(device, MakeHostDevice({.kind = DeviceKind::kHost,
                                                   .budget_bytes = device_budget,
                                                   .copy_gbps = copy_gbps}));
@@ -43,7 +43,8 @@ struct Rig {
     ZINF_ASSIGN_OR_RETURN(pool, PinnedPool::Create({.budget_bytes = pinned_budget}));
     ZINF_ASSIGN_OR_RETURN(arena, DeviceArena::Create(*device));
     ZINF_ASSIGN_OR_RETURN(tm, TierManager::Create(*arena, *pool, swap.get(),
-                                                  {.prefetch = prefetch}));
+                                                  {.prefetch = prefetch,
+                                                   .write_behind = write_behind}));
     return Status::Ok();
   }
 
