@@ -17,6 +17,38 @@
 namespace zinf::train {
 namespace {
 
+// A runtime, its CPU backend and an executor over them, for config `c` (fails the test on error;
+// `ex` is null then), and the test's tokens and targets (4 x 16 of a 64-token vocabulary).
+struct Built {
+  std::unique_ptr<OffloadRuntime> rt;
+  std::unique_ptr<Backend<float>> be;
+  std::unique_ptr<LayerExecutor> ex;
+};
+Built Build(const Config& c, const GptDims& dims, const ExecutorOptions& eo,
+            const RuntimeOptions& ro) {
+  Built b;
+  auto rt = MakeOffloadRuntime(c, ro);
+  EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+  if (!rt.ok()) return b;
+  b.rt = std::move(*rt);
+  Stream* compute = *b.rt->device->CreateStream("compute");
+  auto be = MakeBackend(*b.rt->device, compute, 1, b.rt->arena.get());
+  EXPECT_TRUE(be.ok());
+  if (!be.ok()) return b;
+  b.be = std::move(*be);
+  auto ex = LayerExecutor::Create(*b.rt, *b.be, compute, dims, eo);
+  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
+  if (ex.ok()) b.ex = std::move(*ex);
+  return b;
+}
+void Tokens(std::vector<int32_t>* x, std::vector<int32_t>* y) {
+  x->resize(4 * 16);
+  y->resize(4 * 16);
+  std::iota(x->begin(), x->end(), 0);
+  for (auto& t : *x) t %= 64;
+  for (size_t i = 0; i < y->size(); ++i) (*y)[i] = (*x)[(i + 1) % x->size()];
+}
+
 struct Counts {
   DeviceCallStats after_create, after_steps;
   uint64_t syncs_per_step = 0;
@@ -56,36 +88,29 @@ Counts TrainAndCount(int layers, int steps, const std::string& dir) {
     least = std::stoull(m.substr(at + 18));
   }
   c.zinf.budgets.device_bytes = least + layers / 3 * ((2 * dims.MaxUnitParams() + 255) / 256 * 256);
-  auto rt = MakeOffloadRuntime(c, {.swap_bytes = 64 << 20, .device_kind = DeviceKind::kHost});
-  EXPECT_TRUE(rt.ok()) << rt.status().ToString();
-  if (!rt.ok()) return out;
-  Stream* compute = *(*rt)->device->CreateStream("compute");
-  auto be = MakeBackend(*(*rt)->device, compute, 1, (*rt)->arena.get());
-  EXPECT_TRUE(be.ok());
-  auto ex = LayerExecutor::Create(**rt, **be, compute, dims, eo);
-  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
-  if (!ex.ok()) return out;
-  EXPECT_TRUE((*ex)->InitWeights(1).ok());
-  out.after_create = (*rt)->device->call_stats();
-  std::vector<int32_t> x(4 * 16), y(4 * 16);
-  std::iota(x.begin(), x.end(), 0);
-  for (auto& t : x) t %= 64;
-  for (size_t i = 0; i < y.size(); ++i) y[i] = x[(i + 1) % x.size()];
+  Built b = Build(c, dims, eo, {.swap_bytes = 64 << 20, .device_kind = DeviceKind::kHost});
+  if (b.ex == nullptr) return out;
+  auto& rt = b.rt;
+  auto& ex = b.ex;
+  EXPECT_TRUE(ex->InitWeights(1).ok());
+  out.after_create = rt->device->call_stats();
+  std::vector<int32_t> x, y;
+  Tokens(&x, &y);
   kernels::AdamHyper h;
   h.lr = 1e-3f;
   uint64_t before = 0;
   for (int s = 0; s < steps; ++s) {
-    if (s == 1) before = (*rt)->device->call_stats().stream_synchronizes;
-    auto r = (*ex)->ForwardBackward(x.data(), y.data(), 1.0f, 1.0f, true, true);
+    if (s == 1) before = rt->device->call_stats().stream_synchronizes;
+    auto r = ex->ForwardBackward(x.data(), y.data(), 1.0f, 1.0f, true, true);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     h.step = s + 1;
-    EXPECT_TRUE((*ex)->OptimizerStep(h).ok());
-    (*ex)->EndStep();
+    EXPECT_TRUE(ex->OptimizerStep(h).ok());
+    ex->EndStep();
   }
-  EXPECT_TRUE((*ex)->FinishOptimizerStep().ok());
-  out.after_steps = (*rt)->device->call_stats();
+  EXPECT_TRUE(ex->FinishOptimizerStep().ok());
+  out.after_steps = rt->device->call_stats();
   out.syncs_per_step = (out.after_steps.stream_synchronizes - before) / (steps - 1);
-  out.device_evictions = (*rt)->tiers->stats().device_evictions;
+  out.device_evictions = rt->tiers->stats().device_evictions;
   return out;
 }
 
@@ -125,39 +150,31 @@ InMemoryRun TrainInMemory(bool async, int steps) {
   ExecutorOptions eo;
   eo.batch = 4;
   eo.async_optimizer = async;
-  auto rt = MakeOffloadRuntime(c, {.device_kind = DeviceKind::kHost});
-  EXPECT_TRUE(rt.ok()) << rt.status().ToString();
-  if (!rt.ok()) return out;
-  Stream* compute = *(*rt)->device->CreateStream("compute");
-  auto be = MakeBackend(*(*rt)->device, compute, 1, (*rt)->arena.get());
-  EXPECT_TRUE(be.ok());
-  auto ex = LayerExecutor::Create(**rt, **be, compute, dims, eo);
-  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
-  if (!ex.ok()) return out;
-  EXPECT_TRUE((*ex)->InitWeights(1).ok());
-  std::vector<int32_t> x(4 * 16), y(4 * 16);
-  std::iota(x.begin(), x.end(), 0);
-  for (auto& t : x) t %= 64;
-  for (size_t i = 0; i < y.size(); ++i) y[i] = x[(i + 1) % x.size()];
+  Built b = Build(c, dims, eo, {.device_kind = DeviceKind::kHost});
+  if (b.ex == nullptr) return out;
+  auto& ex = b.ex;
+  EXPECT_TRUE(ex->InitWeights(1).ok());
+  std::vector<int32_t> x, y;
+  Tokens(&x, &y);
   kernels::AdamHyper h;
   h.lr = 1e-2f;
   for (int s = 0; s < steps; ++s) {
-    auto r = (*ex)->ForwardBackward(x.data(), y.data(), 1.0f, 1.0f, true, true);
+    auto r = ex->ForwardBackward(x.data(), y.data(), 1.0f, 1.0f, true, true);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     h.step = s + 1;
-    const double adam_before = (*ex)->stats().adam_seconds;
-    auto st = (*ex)->OptimizerStep(h);
+    const double adam_before = ex->stats().adam_seconds;
+    auto st = ex->OptimizerStep(h);
     EXPECT_TRUE(st.ok()) << st.status().ToString();
     // The async step's stats arrive when it finishes; a synchronous one's at once.
-    if (st.ok() && (st->units != 0 || (*ex)->stats().adam_seconds != adam_before)) {
+    if (st.ok() && (st->units != 0 || ex->stats().adam_seconds != adam_before)) {
       out.returned_before_adam = false;
     }
-    (*ex)->EndStep();
+    ex->EndStep();
   }
-  EXPECT_TRUE((*ex)->FinishOptimizerStep().ok());
+  EXPECT_TRUE(ex->FinishOptimizerStep().ok());
   for (uint32_t u = 0; u < dims.units(); ++u) {
     out.weights.emplace_back(dims.UnitParams(u));
-    EXPECT_TRUE((*ex)->GetUnitWeights(u, out.weights.back().data()).ok());
+    EXPECT_TRUE(ex->GetUnitWeights(u, out.weights.back().data()).ok());
   }
   return out;
 }
