@@ -433,8 +433,6 @@ Status LayerExecutor::StartAsyncMemoryStep() {
   opt_future_ = std::async(std::launch::async, [this]() -> Result<offload::OptimizerStepStats> {
     offload::OptimizerStepStats st;
     auto t0 = Clock::now();
-    // No device call is expected here (the forward waits for each unit before loading it), but
-    // a device load started meanwhile would begin from EndHomeWrite on this thread.
     // However this thread ends (an exception too), no unit is left for the forward to wait on.
     struct MarkAllWritten {
       LayerExecutor* ex;
@@ -444,6 +442,8 @@ Status LayerExecutor::StartAsyncMemoryStep() {
         ex->opt_cv_.notify_all();
       }
     } mark_all{this};
+    // No device call is expected here (the forward waits for each unit before loading it), but
+    // a device load started meanwhile would begin from EndHomeWrite on this thread.
     Status s = rt_.device->BindCurrentThread();
     for (uint32_t u : opt_order_) {
       // The gradients are read beside the forward's own accesses: not in its traced order.
