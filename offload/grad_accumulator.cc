@@ -1,5 +1,6 @@
 #include "offload/grad_accumulator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -134,15 +135,25 @@ Result<Event> GradAccumulator::Submit(const HandOver& h) {
   job.copied = *copied;
   {
     std::lock_guard lock(mu_);
+    job.seq = ++queued_;
     queue_.push_back(std::move(job));
   }
   cv_.notify_all();
   return *copied;
 }
 
+void GradAccumulator::MarkIssued(uint64_t seq) {
+  {
+    std::lock_guard lock(mu_);
+    issued_ = std::max(issued_, seq);
+  }
+  cv_.notify_all();
+}
+
 Status GradAccumulator::Process(Job& job, double* sum_squares, bool* finite) {
   const HandOver& h = job.h;
   const size_t n = h.n;
+  if (h.reduce == nullptr) MarkIssued(job.seq);  // nothing to issue
   if (job.store16) {
     Status st = device_.EventSynchronize(job.copied);
     if (!st.ok()) {
@@ -167,28 +178,32 @@ Status GradAccumulator::Process(Job& job, double* sum_squares, bool* finite) {
   ZINF_ASSIGN_OR_RETURN(Lease lease, tm_.Acquire(h.shard, Tier::kHost,
                                                  h.first ? AcquireMode::kOverwrite
                                                          : AcquireMode::kRead));
-  auto acc = lease.Wait();
-  Status copied = device_.EventSynchronize(job.copied);
-  if (!acc.ok() || !copied.ok()) {
+  auto fail = [&](Status st) {
+    (void)lease.Wait();  // its transfer done before the copy is let go
     tm_.Release(std::move(lease), false).IgnoreError();
-    return !acc.ok() ? acc.status() : copied;
-  }
-  float* a = static_cast<float*>(*acc);
-  // ZeRO-2: the shard accumulates this rank's chunk of the sum over ranks.
+    return st;
+  };
+  Status copied = device_.EventSynchronize(job.copied);
+  if (!copied.ok()) return fail(copied);
+  // ZeRO-2: the shard accumulates this rank's chunk of the sum over ranks. The reduction is
+  // issued as soon as the staged values are there, the shard's host copy waited for after.
   const void* src = job.dst;
   kernels::DType src_type = h.type;
   size_t m = n;
   if (h.reduce != nullptr) {
     reduced_.resize(h.out_n);
-    Status r = (*h.reduce)(job.dst, h.type, n, reduced_.data(), h.out_n);
-    if (!r.ok()) {
-      tm_.Release(std::move(lease), false).IgnoreError();
-      return r;
-    }
+    auto wait = (*h.reduce)(job.dst, h.type, n, reduced_.data(), h.out_n);
+    MarkIssued(job.seq);
+    if (!wait.ok()) return fail(wait.status());
+    Status r = (*wait)();
+    if (!r.ok()) return fail(r);
     src = reduced_.data();
     src_type = kernels::DType::kF32;
     m = h.out_n;
   }
+  auto acc = lease.Wait();
+  if (!acc.ok()) return fail(acc.status());
+  float* a = static_cast<float*>(*acc);
   if (h.first) std::memset(a, 0, 4 * m);
   auto ok = kernels::AccumulateGrad(a, src, src_type, m, h.scale);
   if (ok.ok()) {
@@ -219,6 +234,7 @@ void GradAccumulator::Run() {
       st = Process(job, &sum, &finite);
     }
     lock.lock();
+    issued_ = std::max(issued_, job.seq);  // a job skipped or failed before issuing
     if (!st.ok() && error_.ok()) error_ = st;
     totals_.finite = totals_.finite && finite;
     totals_.sum_squares += sum;
@@ -233,6 +249,12 @@ Result<GradAccumulator::Totals> GradAccumulator::WaitIdle() {
   cv_.wait(lock, [&] { return in_flight_ == 0; });
   if (!error_.ok()) return error_;
   return totals_;
+}
+
+Status GradAccumulator::WaitIssued() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return issued_ == queued_ || !error_.ok(); });
+  return error_;
 }
 
 Result<GradAccumulator::Totals> GradAccumulator::Finish() {

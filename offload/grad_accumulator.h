@@ -67,11 +67,14 @@ struct HandOver {
   Event produced;           // the gradient is complete on the device after this event
   // ZeRO-2: the gradient is first reduced over ranks, on the worker thread in submission order:
   // `reduce` gets the staged values (a staging block of max_unit_elems values of `type`, the
-  // first n the device's, the rest its to use) and writes out_n fp32 values (this rank's chunk
-  // of the sum); the fp32 shard (4 * out_n bytes or more) accumulates those instead. Null: the
-  // shard takes the n values themselves.
-  using ReduceFn = std::function<Status(void* staged, kernels::DType type, size_t n, float* out,
-                                        size_t out_n)>;
+  // first n the device's, the rest its to use), ISSUES the reduction and returns a wait for it;
+  // once that wait returns OK, out holds out_n fp32 values (this rank's chunk of the sum), and
+  // the fp32 shard (4 * out_n bytes or more) accumulates those instead. WaitIssued() returns as
+  // soon as the reduction is issued, before its wait. Null: the shard takes the n values
+  // themselves.
+  using ReduceWait = std::function<Status()>;
+  using ReduceFn = std::function<Result<ReduceWait>(void* staged, kernels::DType type, size_t n,
+                                                    float* out, size_t out_n)>;
   const ReduceFn* reduce = nullptr;
   size_t out_n = 0;
 };
@@ -95,6 +98,12 @@ class GradAccumulator {
   };
   // Waits for every hand-over submitted so far; the totals since the last Finish (kept).
   Result<Totals> WaitIdle();
+  // Waits until every hand-over submitted so far has issued its reduction (HandOver::reduce),
+  // or been processed when it has none; not for the reductions to finish. A caller that issues
+  // collectives of its own on the same communicator calls it first, so that every rank issues
+  // them in the same order (the hand-overs' reductions first) without waiting for the wire.
+  // Returns the first failure, if any (then nothing more is issued).
+  Status WaitIssued();
   // WaitIdle, then starts new totals.
   Result<Totals> Finish();
 
@@ -109,6 +118,7 @@ class GradAccumulator {
  private:
   struct Job {
     HandOver h;
+    uint64_t seq = 0;     // 1, 2, ... in submission order
     bool store16 = false;
     Lease lease;          // store16: the shard's host copy, acquired by Submit
     void* dst = nullptr;  // where the copy lands (the lease or a staging block)
@@ -120,6 +130,7 @@ class GradAccumulator {
   Status Validate(const HandOver& h, bool* store16) const;
   void Run();                    // the worker
   Status Process(Job& job, double* sum_squares, bool* finite);
+  void MarkIssued(uint64_t seq);  // the worker: job `seq`'s reduction is issued (or none)
 
   TierManager& tm_;
   Device& device_;
@@ -133,6 +144,8 @@ class GradAccumulator {
   std::condition_variable cv_;
   std::deque<Job> queue_;            // GUARDED_BY(mu_): submitted, not yet processed
   unsigned in_flight_ = 0;           // GUARDED_BY(mu_): submitted, not yet done
+  uint64_t queued_ = 0;              // GUARDED_BY(mu_): jobs queued so far (the last seq)
+  uint64_t issued_ = 0;              // GUARDED_BY(mu_): jobs whose reduction is issued
   std::vector<int> free_staging_;    // GUARDED_BY(mu_)
   Totals totals_;                    // GUARDED_BY(mu_)
   Status error_;                     // GUARDED_BY(mu_): the first failure

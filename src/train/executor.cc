@@ -168,22 +168,26 @@ Status LayerExecutor::Setup() {
   if (partitioned_grads_) {
     // ZeRO-2: a hand-over's staged 16-bit gradient (padded to world chunks with zeros, so the
     // padding sums to zero) reduce-scattered into this rank's chunk of the sum, in fp32.
+    // Issued on the accumulator's thread and waited for there; the training thread waits
+    // only for it to be issued before a collective of its own (WaitIssued).
     reduce_fn_ = [this](void* staged, kernels::DType type, size_t n, float* out,
-                        size_t per) -> Status {
+                        size_t per) -> Result<offload::HandOver::ReduceWait> {
       const auto w = static_cast<size_t>(options_.comm->world());
       std::memset(static_cast<uint8_t*>(staged) + 2 * n, 0, 2 * (w * per - n));
       const auto kind = static_cast<size_t>(comm::OpKind::kReduceScatter);
       const uint64_t sent0 = options_.comm->stats().bytes_sent[kind];
       const auto t0 = Clock::now();
-      Status s = options_.comm
-                     ->ReduceScatter(staged,
-                                     type == kernels::DType::kF16 ? comm::DType::kF16
-                                                                  : comm::DType::kBf16,
-                                     out, comm::DType::kF32, per)
-                     .Wait();
-      reduce_nanos_ += static_cast<uint64_t>(Since(t0) * 1e9);
-      reduce_sent_bytes_ += options_.comm->stats().bytes_sent[kind] - sent0;
-      return s.WithContext("reduce-scattering a gradient over the ranks (ZeRO-2)");
+      comm::Work work = options_.comm->ReduceScatter(
+          staged, type == kernels::DType::kF16 ? comm::DType::kF16 : comm::DType::kBf16, out,
+          comm::DType::kF32, per);
+      return offload::HandOver::ReduceWait([this, work, t0, kind, sent0]() -> Status {
+        Status s = work.Wait();
+        reduce_nanos_ += static_cast<uint64_t>(Since(t0) * 1e9);
+        // No other reduce-scatter runs meanwhile (the training thread issues none while
+        // hand-overs are in flight).
+        reduce_sent_bytes_ += options_.comm->stats().bytes_sent[kind] - sent0;
+        return s.WithContext("reduce-scattering a gradient over the ranks (ZeRO-2)");
+      });
     };
   }
   if (partitioned_) {

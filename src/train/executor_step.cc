@@ -206,9 +206,10 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
     if (partitioned_params_) {
       // ZeRO-3: the all-gather below and the accumulator thread's reduce-scatter of the unit
       // just handed over must reach the communicator in the same order on every rank: the
-      // hand-over first.
+      // reduce-scatter is issued first (it then runs under this unit's compute; only its
+      // gradient's copy from the device is waited for).
       auto w0 = Clock::now();
-      ZINF_RETURN_IF_ERROR(accumulator_->WaitIdle().status());
+      ZINF_RETURN_IF_ERROR(accumulator_->WaitIssued());
       stats_.grad_seconds += Since(w0);
     }
     ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_, l >= 1 ? l : -1));

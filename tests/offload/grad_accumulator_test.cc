@@ -2,8 +2,11 @@
 // the pinned budget is short, with the finiteness flag for the loss scaler.
 #include "offload/grad_accumulator.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <random>
 #include <vector>
@@ -179,6 +182,78 @@ TEST(GradAccumulatorTest, SixteenBitShardsStoreTheGradientAsItComes) {
   EXPECT_EQ(
       (*acc)->Accumulate(*f32, dev_grad, kernels::DType::kBf16, kN, 1.0f, true).status().code(),
       StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(rig.device->Free(dev_grad).ok());
+  ASSERT_TRUE(rig.device->FreePinned(staging).ok());
+}
+
+// ZeRO-2's reduction over ranks, issued on the worker: WaitIssued returns once it is issued,
+// while it is still running, and the shard then takes what the reduction wrote; a reduction
+// refused at issue is returned by WaitIssued and Finish, never waited for.
+TEST(GradAccumulatorTest, WaitIssuedReturnsBeforeTheReductionEnds) {
+  Rig rig;
+  constexpr size_t kN = 4096, kOut = 1024;
+  ASSERT_TRUE(rig.Make(8 << 20).ok());
+  auto acc = GradAccumulator::Create(*rig.tm, *rig.device, *rig.pool,
+                                     {.max_unit_elems = kN, .device_grad_bytes = 2});
+  ASSERT_TRUE(acc.ok()) << acc.status().ToString();
+  Stream* up = *rig.device->CreateStream("upload");
+  void* staging = *rig.device->AllocatePinned(2 * kN);
+  void* dev_grad = *rig.device->Allocate(2 * kN);
+  auto* g = static_cast<uint16_t*>(staging);
+  for (size_t i = 0; i < kN; ++i) g[i] = kernels::FloatToBf16(static_cast<float>(i % 64));
+  ASSERT_TRUE(rig.device->CopyToDevice(up, dev_grad, staging, 2 * kN).ok());
+  ASSERT_TRUE(rig.device->StreamSynchronize(up).ok());
+  auto shard = rig.tm->Register({.name = "grad", .role = Role::kGrad, .bytes = 4 * kN});
+  ASSERT_TRUE(shard.ok());
+
+  std::atomic<int> issued{0};
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  bool refuse = false;
+  // "Reduces" by taking every fourth staged value, doubled, once the gate opens.
+  HandOver::ReduceFn reduce = [&](void* st, kernels::DType type, size_t n, float* out,
+                                  size_t out_n) -> Result<HandOver::ReduceWait> {
+    EXPECT_EQ(type, kernels::DType::kBf16);
+    EXPECT_EQ(n, kN);
+    if (refuse) return Aborted("the communicator is broken");
+    issued++;
+    const auto* v = static_cast<const uint16_t*>(st);
+    return HandOver::ReduceWait([=]() -> Status {
+      opened.wait();
+      for (size_t i = 0; i < out_n; ++i) out[i] = 2 * kernels::Bf16ToFloat(v[4 * i]);
+      return Status::Ok();
+    });
+  };
+  HandOver h{.shard = *shard, .device_grad = dev_grad, .type = kernels::DType::kBf16, .n = kN,
+             .sum_squares = true, .reduce = &reduce, .out_n = kOut};
+  ASSERT_TRUE((*acc)->Submit(h).ok());
+  auto waited = std::async(std::launch::async, [&] { return (*acc)->WaitIssued(); });
+  EXPECT_EQ(waited.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "WaitIssued waited for the reduction to end";
+  EXPECT_EQ(issued.load(), 1);
+  gate.set_value();
+  EXPECT_TRUE(waited.get().ok());
+  auto totals = (*acc)->Finish();
+  ASSERT_TRUE(totals.ok()) << totals.status().ToString();
+  std::vector<float> got(kN);
+  ASSERT_TRUE(rig.tm->ReadHome(*shard, got.data()).ok());  // a clean copy or the home
+  ASSERT_TRUE(rig.tm->Flush().ok());
+  ASSERT_TRUE(rig.tm->ReadHome(*shard, got.data()).ok());
+  double want_ss = 0;
+  for (size_t i = 0; i < kOut; ++i) {
+    const float want = 2 * static_cast<float>((4 * i) % 64);
+    ASSERT_EQ(got[i], want) << i;
+    want_ss += static_cast<double>(want) * want;
+  }
+  EXPECT_EQ(totals->sum_squares, want_ss);
+  // Nothing submitted: nothing to wait for.
+  EXPECT_TRUE((*acc)->WaitIssued().ok());
+
+  refuse = true;
+  ASSERT_TRUE((*acc)->Submit(h).ok());
+  Status s = (*acc)->WaitIssued();
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_EQ((*acc)->Finish().status().code(), StatusCode::kAborted);
   ASSERT_TRUE(rig.device->Free(dev_grad).ok());
   ASSERT_TRUE(rig.device->FreePinned(staging).ok());
 }
