@@ -193,8 +193,10 @@ Status GradAccumulator::Process(Job& job, double* sum_squares, bool* finite) {
   if (h.reduce != nullptr) {
     reduced_.resize(h.out_n);
     auto wait = (*h.reduce)(job.dst, h.type, n, reduced_.data(), h.out_n);
-    MarkIssued(job.seq);
+    // A refused issue is marked by Run together with its error (one lock), so WaitIssued
+    // never sees it issued without the error.
     if (!wait.ok()) return fail(wait.status());
+    MarkIssued(job.seq);
     Status r = (*wait)();
     if (!r.ok()) return fail(r);
     src = reduced_.data();

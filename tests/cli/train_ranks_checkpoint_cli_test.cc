@@ -402,6 +402,11 @@ TEST(RanksCheckpointKillTest, RandomRankKillsThenResumeMatchTheUninterruptedRun)
       ASSERT_GT(pid, 0);
       bool killed = false;
       if (attempt < 8) {
+        // The random time counts from the ranks' start: on a loaded machine the launcher may
+        // take longer than the shortest wait to start them (the kill then found no rank).
+        for (int i = 0; i < 2000 && Children(pid).size() < 2; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(30 + rng() % 500));
         const auto ranks = Children(pid);
         if (!ranks.empty()) killed = kill(ranks[rng() % ranks.size()], SIGKILL) == 0;
