@@ -36,6 +36,7 @@ for stage in (2, 3):
                   f"{d['io_bound_seconds']:.3f} s, Adam {d['adam_bound_seconds']:.3f} s, "
                   f"collectives {d.get('comm_bound_seconds', 0):.3f} s; step / largest "
                   f"{d['step_over_bound']:.2f}; waiting for weights "
-                  f"{d['stall_seconds_per_step']:.3f} s a step; final loss {d['final_loss']:.4f}")
+                  f"{d['stall_seconds_per_step']:.3f} s a step; gradients {d['grad_seconds_per_step']:.3f} s; "
+                  f"final loss {d['final_loss']:.4f}")
 PY
 echo "results in $dir"
