@@ -89,6 +89,11 @@ uint64_t DtypeBytes(const std::string& dtype) {
 
 std::string CheckpointDirName(uint64_t step) { return fmt::format("step-{:010}", step); }
 
+UnitChunk Manifest::PartChunk(uint64_t n) const {
+  if (partition != kPartitionUnitChunks || !rank) return {0, n, n};
+  return ChunkOfUnit(n, Chunks(), *rank % Chunks());
+}
+
 std::string RankPartDirName(uint32_t rank) { return fmt::format("rank{}", rank); }
 
 UnitChunk ChunkOfUnit(uint64_t n, uint32_t world, uint32_t rank) {
@@ -127,6 +132,7 @@ json Manifest::ToJson() const {
                         {"xxh64", Xxh64Hex(s.xxh64)}});
   }
   json world = {{"size", world_size}, {"partition", partition}};
+  if (chunks != 0 && chunks != world_size) world["chunks"] = chunks;
   if (rank) world["rank"] = *rank;
   json out = {{"format", kFormat},
               {"format_version", kFormatVersion},
@@ -241,6 +247,16 @@ Result<Manifest> Read(const std::string& dir,
         "{}: world size {} with partition \"{}\"; expected \"{}\" for one rank, \"{}\" or "
         "\"{}\" across ranks", path, m.world_size, m.partition, kPartitionNone,
         kPartitionReplicated, kPartitionUnitChunks));
+  }
+  if (world.contains("chunks")) {
+    ZINF_RETURN_IF_ERROR(fw.Get("chunks", &m.chunks, "the chunks of a unit"));
+    if (m.partition != kPartitionUnitChunks || m.chunks == 0 ||
+        m.world_size % m.chunks != 0) {
+      return InvalidArgument(fmt::format(
+          "{}: world.chunks {} with partition \"{}\" in a world of {}; expected chunks only "
+          "with \"{}\", a divisor of the world size", path, m.chunks, m.partition, m.world_size,
+          kPartitionUnitChunks));
+    }
   }
   if (world.contains("rank")) {
     uint32_t rank = 0;
@@ -395,12 +411,12 @@ Result<Manifest> ReadPart(const Manifest& global, uint32_t rank,
   }
   ZINF_ASSIGN_OR_RETURN(Manifest m, Read(dir, allowed_swap_files));
   if (m.step != global.step || m.world_size != global.world_size ||
-      m.partition != global.partition || m.rank != rank) {
+      m.partition != global.partition || m.Chunks() != global.Chunks() || m.rank != rank) {
     return DataLoss(fmt::format(
-        "{}: step {}, world size {}, partition {}, rank {}; the checkpoint's manifest says step "
-        "{}, world size {}, partition {}, rank {}", path, m.step, m.world_size, m.partition,
-        m.rank ? std::to_string(*m.rank) : "none", global.step, global.world_size,
-        global.partition, rank));
+        "{}: step {}, world size {}, partition {} in {} chunks, rank {}; the checkpoint's "
+        "manifest says step {}, world size {}, partition {} in {} chunks, rank {}", path, m.step,
+        m.world_size, m.partition, m.Chunks(), m.rank ? std::to_string(*m.rank) : "none",
+        global.step, global.world_size, global.partition, global.Chunks(), rank));
   }
   return m;
 }

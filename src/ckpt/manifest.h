@@ -13,7 +13,10 @@
 // manifest.json, and holds no shards. Partition rules: "none" (world 1), "replicated" (every
 // rank holds all of the optimizer state: ZeRO stage 0), "unit-chunks" (ZeRO-1/2: each unit's
 // flat vector of N elements split into `world` chunks of ceil(N / world) elements, rank r
-// holding [r x per, min(N, (r+1) x per)): UnitChunk). A shard's file is either a data file of the checkpoint (a plain name inside
+// holding [r x per, min(N, (r+1) x per)): UnitChunk). HYBRID_SHARD (sharded within a node,
+// replicated across nodes) records "chunks": C, the ranks of a node: each unit is cut into C
+// chunks and part r holds chunk r mod C (the parts of the other nodes repeat node 0's: the same
+// state, kept in each rank's own files). Absent, C is the world size. A shard's file is either a data file of the checkpoint (a plain name inside
 // its directory) or one of the run's swap files, listed with kind "swap": NVMe-homed optimizer
 // state is not copied, the manifest points into the extents the run left in its swap file.
 //
@@ -114,6 +117,9 @@ struct Manifest {
   nlohmann::json state;            // loss scaler, applied steps, clip coefficient, ...
   uint32_t world_size = 1;
   std::string partition = kPartitionNone;
+  // "unit-chunks": the number of chunks a unit is cut into (HYBRID_SHARD: the ranks of a node,
+  // dividing world_size); 0 (not recorded): world_size.
+  uint32_t chunks = 0;
   // A part (world_size > 1): its rank. A global manifest across ranks (world_size > 1, no
   // rank): its parts, one per rank in rank order, and no files or shards.
   std::optional<uint32_t> rank;
@@ -134,6 +140,9 @@ struct Manifest {
   const FileEntry* FindFile(const std::string& name) const;
   // A global manifest of a checkpoint across ranks (its state lies in its parts).
   bool HasParts() const { return world_size > 1 && !rank.has_value(); }
+  uint32_t Chunks() const { return chunks == 0 ? world_size : chunks; }
+  // A part's chunk of a unit of n elements: its own under "unit-chunks", else the whole unit.
+  UnitChunk PartChunk(uint64_t n) const;
 };
 
 // Bytes per element of a dtype name (F32 4, BF16/F16 2); 0 for an unknown one.

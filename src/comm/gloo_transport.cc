@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <condition_variable>
 #include <map>
@@ -130,8 +131,9 @@ class GlooTransport final : public Transport {
         return Status(StatusCode::kUnavailable,
                       fmt::format("rank {}: the connection with rank {} failed while {} it: rank "
                                   "{} exited or died (its store connection closed)",
-                                  rank_, who, what, who));
-      return Aborted(fmt::format("rank {}: the transfer with rank {} was aborted", rank_, who));
+                                  Global(rank_), Global(who), what, Global(who)));
+      return Aborted(fmt::format("rank {}: the transfer with rank {} was aborted", Global(rank_),
+                                 Global(who)));
     };
     for (auto& [from, buf] : p.recvs) ZINF_RETURN_IF_ERROR(wait_one(from, *buf, true));
     for (auto& [to, buf] : p.sends) ZINF_RETURN_IF_ERROR(wait_one(to, *buf, false));
@@ -149,7 +151,7 @@ class GlooTransport final : public Transport {
         if (stopping_ || watched_ == nullptr) continue;
         const int peer = watched_peer_;
         lock.unlock();
-        auto gone = client_->Has(fmt::format("{}/rank/{}/closed", prefix_, peer));
+        auto gone = client_->Has(fmt::format("{}/rank/{}/closed", prefix_, Global(peer)));
         const bool dead = !gone.ok() || *gone;  // no store: rank 0 is gone
         lock.lock();
         if (dead && watched_ != nullptr && watched_peer_ == peer) {
@@ -190,6 +192,8 @@ class GlooTransport final : public Transport {
   std::unique_ptr<gloo::rendezvous::Store> store_;       // base_store_ under the job's prefix
   std::shared_ptr<gloo::rendezvous::Context> context_;
   int rank_ = 0, world_ = 1;
+  // A group's ranks in the world (rank_ and the peers are the group's); empty: the world.
+  std::vector<int> members_;
   std::string describe_;
   std::string prefix_;  // the job's keys in the store
 
@@ -210,6 +214,7 @@ class GlooTransport final : public Transport {
   };
   std::map<uint64_t, Pending> pending_;  // posted steps by tag
 
+  int Global(int r) const { return members_.empty() ? r : members_[static_cast<size_t>(r)]; }
   static Ms Left(std::chrono::steady_clock::time_point deadline) {
     return std::max(Ms(1), std::chrono::duration_cast<Ms>(deadline -
                                                           std::chrono::steady_clock::now()));
@@ -219,13 +224,17 @@ class GlooTransport final : public Transport {
     if (msg.find("imed out") != std::string::npos)
       return Aborted(fmt::format("rank {}: no answer from rank {} within {} s while {} it "
                                  "(stuck, or issuing other collectives?): {}",
-                                 rank_, peer, double(timeout.count()) / 1000.0, what, msg));
+                                 Global(rank_), Global(peer), double(timeout.count()) / 1000.0,
+                                 what, msg));
     return Status(StatusCode::kUnavailable,
                   fmt::format("rank {}: the connection with rank {} failed while {} it (rank {} "
                               "dead?): {}",
-                              rank_, peer, what, peer, msg));
+                              Global(rank_), Global(peer), what, Global(peer), msg));
   }
 };
+
+void ConnectMesh(const WorldEnv& env, Ms timeout, const std::string& prefix,
+                 const std::string& mesh_prefix, int rank, int size, GlooTransport& t);
 
 Status Rendezvous(const WorldEnv& env, Ms timeout, GlooTransport& t) {
   const std::string prefix = fmt::format("zinf/{}", env.run_id.empty() ? "job" : env.run_id);
@@ -261,7 +270,15 @@ Status Rendezvous(const WorldEnv& env, Ms timeout, GlooTransport& t) {
           "wrong world size: rank 0 runs WORLD_SIZE={}, rank {} was given WORLD_SIZE={}", theirs,
           env.rank, env.world));
   }
-  t.store_ = std::make_unique<gloo::rendezvous::PrefixStore>(prefix + "/gloo", *base);
+  ConnectMesh(env, timeout, prefix, prefix + "/gloo", env.rank, env.world, t);
+  return Status::Ok();
+}
+
+// Gloo's full mesh of `size` ranks (this one `rank` among them) through the store's keys under
+// `mesh_prefix`; the watchdog started.
+void ConnectMesh(const WorldEnv& env, Ms timeout, const std::string& prefix,
+                 const std::string& mesh_prefix, int rank, int size, GlooTransport& t) {
+  t.store_ = std::make_unique<gloo::rendezvous::PrefixStore>(mesh_prefix, *t.base_store_);
   gloo::transport::tcp::attr attr;
   if (!env.socket_host.empty()) {
     attr.hostname = env.socket_host;
@@ -273,14 +290,36 @@ Status Rendezvous(const WorldEnv& env, Ms timeout, GlooTransport& t) {
     attr.hostname = host;
   }
   auto dev = gloo::transport::tcp::CreateDevice(attr);
-  t.context_ = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world);
+  t.context_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
   t.context_->setTimeout(timeout);
   t.context_->connectFullMesh(*t.store_, dev);
-  t.rank_ = env.rank;
-  t.world_ = env.world;
+  t.rank_ = rank;
+  t.world_ = size;
   t.prefix_ = prefix;
   t.StartWatchdog();
-  t.describe_ = fmt::format("gloo tcp {} ({} ranks)", attr.hostname, env.world);
+  t.describe_ = fmt::format("gloo tcp {} ({} ranks)", attr.hostname, size);
+}
+
+// A group's mesh: its own store connection (no claim: the world's transport holds this rank's),
+// its own keys.
+Status RendezvousGroup(const WorldEnv& env, Ms timeout, const std::string& name,
+                       std::span<const int> members, GlooTransport& t) {
+  const std::string prefix = fmt::format("zinf/{}", env.run_id.empty() ? "job" : env.run_id);
+  const auto me = std::find(members.begin(), members.end(), env.rank);
+  if (me == members.end()) {
+    return InvalidArgument(fmt::format("rank {} is not in the group {}", env.rank, name));
+  }
+  if (env.store_dir.empty()) {
+    ZINF_ASSIGN_OR_RETURN(t.client_,
+                          TcpStoreClient::Connect(env.master_addr, env.master_port, timeout));
+    t.base_store_ = std::make_unique<GlooTcpStore>(*t.client_, timeout);
+  } else {
+    t.base_store_ = std::make_unique<gloo::rendezvous::FileStore>(env.store_dir);
+  }
+  t.members_.assign(members.begin(), members.end());
+  ConnectMesh(env, timeout, prefix, prefix + "/gloo-" + name,
+              static_cast<int>(me - members.begin()), static_cast<int>(members.size()), t);
+  t.describe_ += " " + name;
   return Status::Ok();
 }
 
@@ -307,6 +346,22 @@ Result<std::unique_ptr<Transport>> ConnectGloo(const WorldEnv& env, Ms timeout) 
     return Status(StatusCode::kUnavailable,
                   fmt::format("rank {}: joining the world of {} through {}: {}", env.rank,
                               env.world, env.Describe(), e.what()));
+  }
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+Result<std::unique_ptr<Transport>> ConnectGlooGroup(const WorldEnv& env, Ms timeout,
+                                                    const std::string& name,
+                                                    std::span<const int> members) {
+  IgnoreSigpipe();
+  auto t = std::make_unique<GlooTransport>();
+  try {
+    Status s = RendezvousGroup(env, timeout, name, members, *t);
+    if (!s.ok()) return s.WithContext(fmt::format("rank {}: joining the group {}", env.rank, name));
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("rank {}: joining the group {} ({} ranks) through {}: {}", env.rank,
+                              name, members.size(), env.Describe(), e.what()));
   }
   return std::unique_ptr<Transport>(std::move(t));
 }

@@ -18,6 +18,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <span>
+#include <string>
 
 #include "src/comm/transport.h"
 #include "src/comm/world.h"
@@ -26,6 +28,14 @@ namespace zinf::comm {
 
 Result<std::unique_ptr<Transport>> ConnectGloo(const WorldEnv& env,
                                                std::chrono::milliseconds timeout);
+// A group of the world's ranks (`members`, in the group's rank order; this rank among them),
+// joined after ConnectGloo through the same store under the group's `name` (every member gives
+// the same name and members). Its rank() and world() are the group's; its messages name the
+// world's ranks, and a member that dies is noticed as in the world's transport.
+Result<std::unique_ptr<Transport>> ConnectGlooGroup(const WorldEnv& env,
+                                                    std::chrono::milliseconds timeout,
+                                                    const std::string& name,
+                                                    std::span<const int> members);
 
 // Gloo's own collectives on fp32 (bench-comm's baseline). `transport` must come from ConnectGloo.
 // Exceptions become Status.

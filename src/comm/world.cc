@@ -91,4 +91,29 @@ Result<std::unique_ptr<Communicator>> Connect(const WorldEnv& env, const CommOpt
   return P2PCommunicator::Create(std::move(t), options);
 }
 
+Result<std::unique_ptr<Communicator>> ConnectGroup(const WorldEnv& env, const CommOptions& options,
+                                                   const std::string& name,
+                                                   std::span<const int> members) {
+  if (members.size() == 1) {
+    static LocalGroup solo(1);
+    return P2PCommunicator::Create(solo.Join(0), options);
+  }
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t,
+                        ConnectGlooGroup(env, options.timeout, name, members));
+  return P2PCommunicator::Create(std::move(t), options);
+}
+
+std::vector<int> NodeGroup(const WorldEnv& env) {
+  const int node = env.rank / env.local_world;
+  std::vector<int> m;
+  for (int l = 0; l < env.local_world; ++l) m.push_back(node * env.local_world + l);
+  return m;
+}
+
+std::vector<int> ReplicaGroup(const WorldEnv& env) {
+  std::vector<int> m;
+  for (int r = env.rank % env.local_world; r < env.world; r += env.local_world) m.push_back(r);
+  return m;
+}
+
 }  // namespace zinf::comm

@@ -22,7 +22,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "src/comm/communicator.h"
 
@@ -45,5 +47,17 @@ Result<WorldEnv> ReadWorldEnv(const GetEnvFn& getenv_fn);
 Result<WorldEnv> ReadWorldEnv();  // from the process's environment
 
 Result<std::unique_ptr<Communicator>> Connect(const WorldEnv& env, const CommOptions& options);
+
+// A communicator over a group of the world's ranks (`members`: world ranks in the group's rank
+// order, this rank among them), after Connect; every member calls it with the same name and
+// members, in the same order as the other groups it joins. A group of one needs no peer.
+Result<std::unique_ptr<Communicator>> ConnectGroup(const WorldEnv& env, const CommOptions& options,
+                                                   const std::string& name,
+                                                   std::span<const int> members);
+
+// HYBRID_SHARD's groups: the ranks of this node (torchrun numbers ranks node by node:
+// node = rank / local_world), and the ranks of this local rank on every node.
+std::vector<int> NodeGroup(const WorldEnv& env);
+std::vector<int> ReplicaGroup(const WorldEnv& env);
 
 }  // namespace zinf::comm

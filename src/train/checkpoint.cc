@@ -213,6 +213,7 @@ Status Checkpointer::Save(LayerExecutor& ex, const TrainerState& st) {
   m.step = st.step;
   m.world_size = options_.world;
   m.partition = options_.partition;
+  m.chunks = options_.chunks;
   if (options_.world > 1) m.rank = options_.rank;
   Config recorded = options_.config;
   recorded.zinf.checkpoint.resume.clear();

@@ -120,10 +120,12 @@ struct CheckpointerOptions {
   // released once this run's first checkpoint is committed.
   std::optional<uint64_t> release_after_first_commit;
   // Across ranks: this rank, the world size, the partition rule of the optimizer state
-  // (ckpt::kPartition*), and how long a writer waits for the other ranks' parts.
+  // (ckpt::kPartition*), the chunks of a unit (0: the world size; HYBRID_SHARD: the ranks of a
+  // node), and how long a writer waits for the other ranks' parts.
   uint32_t rank = 0;
   uint32_t world = 1;
   std::string partition = ckpt::kPartitionNone;
+  uint32_t chunks = 0;
   double part_timeout_seconds = 300;
 };
 
@@ -224,11 +226,16 @@ Status RestoreOptimizerState(LayerExecutor& executor, const ckpt::Manifest& mani
 // A resume on another world size or partition rule (re-partitioning; checkpoint_repartition.cc):
 // whether `global` (the checkpoint's own manifest) needs it for a run of `world` ranks under
 // `partition` (PartitionRuleOf).
-bool NeedsRepartition(const ckpt::Manifest& global, uint32_t world, const std::string& partition);
-// The manifests that hold its optimizer state (every part of a "unit-chunks" checkpoint, rank
-// 0's of a "replicated" one, the manifest itself for one rank): refused when `global` is a part.
+// `chunks`: this run's chunks of a unit under "unit-chunks" (HYBRID_SHARD: the ranks of a node;
+// else the world size).
+bool NeedsRepartition(const ckpt::Manifest& global, uint32_t world, const std::string& partition,
+                      uint32_t chunks);
+// The manifests that hold its optimizer state (under "unit-chunks" the parts of its chunks,
+// 0..Chunks()-1; rank 0's of a "replicated" one; the manifest itself for one rank): refused
+// when `global` is a part.
 Result<std::vector<ckpt::Manifest>> StatePartsForRepartition(const ckpt::Manifest& global);
-// Puts this rank's share of every unit's state (its chunk under "unit-chunks", else the whole
+// Puts this rank's share of every unit's state (under "unit-chunks" chunk `rank` of `world`: a
+// HYBRID_SHARD run passes its rank and size within its node; else the whole
 // unit) back into the executor: each unit's role is joined from the old parts' shards that
 // overlap the share, each such shard streamed whole through a fixed buffer and checked against
 // its recorded hash (DataLoss naming it) before any of it is used (the shards no rank's share

@@ -67,7 +67,11 @@ Result<std::string> Describe(const ckpt::Manifest& m) {
                    place == "mixed" ? fmt::format("in memory for {}, on NVMe for the rest",
                                                   fmt::join(in_memory, ", "))
                                     : "in " + place,
-                   m.world_size, m.partition));
+                   m.world_size,
+                   m.Chunks() != m.world_size
+                       ? fmt::format("{} in {} chunks (each node's ranks hold one copy)",
+                                     m.partition, m.Chunks())
+                       : m.partition));
   if (m.data.contains("train") && m.data["train"].is_object()) {
     const auto& t = m.data["train"];
     line(fmt::format("  data: {} ({}, {} tokens), next batch {}",
@@ -127,7 +131,7 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
   // them for "unit-chunks"; rank 0's for "replicated", every rank holding the same).
   ZINF_ASSIGN_OR_RETURN(
       std::vector<ckpt::Manifest> read,
-      ckpt::ReadParts(m, m.partition == ckpt::kPartitionUnitChunks ? m.world_size : 1));
+      ckpt::ReadParts(m, m.partition == ckpt::kPartitionUnitChunks ? m.Chunks() : 1));
   auto parts = std::make_shared<std::vector<ckpt::Manifest>>(std::move(read));
   std::vector<std::vector<StateShardSet>> shards_of;  // [part][unit][role]
   for (const ckpt::Manifest& part : *parts) {
@@ -161,10 +165,7 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
         std::vector<Segment> segments;
         for (size_t p = 0; p < parts->size(); ++p) {
           const ckpt::Manifest& part = (*parts)[p];
-          const uint64_t lo = part.partition == ckpt::kPartitionUnitChunks && part.rank
-                                  ? ckpt::ChunkOfUnit(d.UnitParams(u), part.world_size,
-                                                      *part.rank).lo
-                                  : 0;
+          const uint64_t lo = part.PartChunk(d.UnitParams(u)).lo;
           if (ckpt::DtypeBytes(shards_of[p][u][r]->dtype) != es) {
             return InvalidArgument(fmt::format(
                 "export: unit {} {}: the parts of the checkpoint disagree on its dtype ({} and {})",

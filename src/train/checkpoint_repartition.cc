@@ -18,8 +18,10 @@ constexpr uint64_t kStreamBytes = uint64_t{4} << 20;
 
 }  // namespace
 
-bool NeedsRepartition(const ckpt::Manifest& global, uint32_t world, const std::string& partition) {
-  return global.world_size != world || global.partition != partition;
+bool NeedsRepartition(const ckpt::Manifest& global, uint32_t world, const std::string& partition,
+                      uint32_t chunks) {
+  return global.world_size != world || global.partition != partition ||
+         (partition == ckpt::kPartitionUnitChunks && global.Chunks() != chunks);
 }
 
 Result<std::vector<ckpt::Manifest>> StatePartsForRepartition(const ckpt::Manifest& global) {
@@ -28,9 +30,10 @@ Result<std::vector<ckpt::Manifest>> StatePartsForRepartition(const ckpt::Manifes
         "cannot resume from {}: it is rank {}'s part of a checkpoint across {} ranks; resume "
         "from the checkpoint's directory", global.dir, *global.rank, global.world_size));
   }
-  // "replicated": every rank holds the same state, rank 0's part stands for all.
+  // "replicated": every rank holds the same state, rank 0's part stands for all; "unit-chunks"
+  // in C chunks: parts 0..C-1 (the others repeat them).
   return ckpt::ReadParts(global, global.partition == ckpt::kPartitionUnitChunks
-                                     ? std::optional<uint32_t>(global.world_size)
+                                     ? std::optional<uint32_t>(global.Chunks())
                                      : std::optional<uint32_t>(1));
 }
 
@@ -70,9 +73,7 @@ Status RestoreRepartitioned(LayerExecutor& ex, const std::vector<ckpt::Manifest>
               part.dir, u, d.UnitName(u), offload::kStateRoleNames[r], dtype, s.dtype));
         }
         // The old part's chunk of the unit: [lo, lo + s.length / es).
-        const uint64_t lo = part.partition == ckpt::kPartitionUnitChunks && part.rank
-                                ? ckpt::ChunkOfUnit(n, part.world_size, *part.rank).lo
-                                : 0;
+        const uint64_t lo = part.PartChunk(n).lo;
         const uint64_t hi = lo + s.length / es;
         if (hi > n) {
           return InvalidArgument(fmt::format(

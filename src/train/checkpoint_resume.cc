@@ -341,9 +341,7 @@ Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& m, co
                                          where, s.role, s.unit, units));
     }
     uint64_t n = d.UnitParams(s.unit);
-    if (m.partition == ckpt::kPartitionUnitChunks && m.rank) {
-      n = ckpt::ChunkOfUnit(n, m.world_size, *m.rank).len;  // this rank's chunk
-    }
+    n = m.PartChunk(n).len;  // across ranks under "unit-chunks": this part's chunk
     // The master weights are F32; the moments F32 or BF16 (zinf.optimizer_state_dtype).
     const bool ok_dtype = s.dtype == "F32" || (r != offload::kMasterState && s.dtype == "BF16");
     if (!ok_dtype || s.length != n * ckpt::DtypeBytes(s.dtype)) {

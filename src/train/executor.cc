@@ -180,12 +180,16 @@ Status LayerExecutor::Setup() {
       comm::Work work = options_.comm->ReduceScatter(
           staged, type == kernels::DType::kF16 ? comm::DType::kF16 : comm::DType::kBf16, out,
           comm::DType::kF32, per);
-      return offload::HandOver::ReduceWait([this, work, t0, kind, sent0]() -> Status {
+      return offload::HandOver::ReduceWait([this, work, t0, kind, sent0, out,
+                                            per]() -> Status {
         Status s = work.Wait();
-        reduce_nanos_ += static_cast<uint64_t>(Since(t0) * 1e9);
         // No other reduce-scatter runs meanwhile (the training thread issues none while
         // hand-overs are in flight).
         reduce_sent_bytes_ += options_.comm->stats().bytes_sent[kind] - sent0;
+        uint64_t replica_sent = 0;
+        if (s.ok()) s = AllReduceOverReplicas(out, per, &replica_sent);
+        reduce_sent_bytes_ += replica_sent;
+        reduce_nanos_ += static_cast<uint64_t>(Since(t0) * 1e9);
         return s.WithContext("reduce-scattering a gradient over the ranks (ZeRO-2)");
       });
     };

@@ -116,6 +116,12 @@ struct ExecutorOptions {
   // the 16-bit values), and grad_sum_squares() and the finiteness are those of the sum. Null or
   // a world of one: one rank. The communicator must outlive the executor.
   comm::Communicator* comm = nullptr;
+  // HYBRID_SHARD across nodes (FSDP's): comm is this node's ranks, and replica_comm the ranks
+  // holding the same chunks on the other nodes. Each gradient reduced over comm (a rank's chunk
+  // after the reduce-scatter; stage 0 the whole unit) is all-reduced in fp32 over replica_comm
+  // before it is used, so every node keeps the same state; its bytes count in
+  // grad_comm_sent_bytes. Null: no replicas. Must outlive the executor.
+  comm::Communicator* replica_comm = nullptr;
   // ZeRO-1 (with comm across ranks): the optimizer state is partitioned — each rank keeps the
   // fp32 master weights and moments of its own near-equal chunk of every unit (12 bytes a
   // parameter / world), on NVMe or in memory. After the last micro-batch each unit's gradient
@@ -339,6 +345,9 @@ class LayerExecutor {
   Status Upload(const int32_t* tokens, const int32_t* targets);
   // backward_follows: the pass goes on into backward (ZeRO-3 gathers its first unit ahead).
   Result<double> ForwardAll(bool backward_follows);
+  // HYBRID_SHARD: a reduced gradient (n fp32 values) summed over replica_comm in place, the
+  // bytes sent added to *sent; nothing without replicas. Either thread (one at a time).
+  Status AllReduceOverReplicas(float* v, uint64_t n, uint64_t* sent);
   // Whether gradients are all-reduced over ranks (ExecutorOptions::comm, world > 1).
   bool ReducesGrads() const;
   // ZeRO-1 (ExecutorOptions::partition_optimizer across ranks).

@@ -42,8 +42,12 @@ Result<bool> LayerExecutor::ReduceUnitGrad(uint32_t unit, double* sum_squares) {
                                        chunk.per)
                        .Wait()
                  : options_.comm->AllReduce(v, comm::DType::kF32, v, comm::DType::kF32, n).Wait();
-  stats_.comm_seconds += Since(t0);
   stats_.grad_comm_sent_bytes += options_.comm->stats().bytes_sent[kind] - sent0;
+  if (s.ok()) {
+    s = partitioned_ ? AllReduceOverReplicas(v + chunk.lo, chunk.len, &stats_.grad_comm_sent_bytes)
+                     : AllReduceOverReplicas(v, n, &stats_.grad_comm_sent_bytes);
+  }
+  stats_.comm_seconds += Since(t0);
   if (!s.ok()) {
     // The copy holds a partial sum now: dirty (so it is never taken for its home's value) and
     // discarded with the step.
@@ -59,6 +63,18 @@ Result<bool> LayerExecutor::ReduceUnitGrad(uint32_t unit, double* sum_squares) {
   *sum_squares += ss;
   ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), true));
   return finite;
+}
+
+Status LayerExecutor::AllReduceOverReplicas(float* v, uint64_t n, uint64_t* sent) {
+  comm::Communicator* r = options_.replica_comm;
+  if (r == nullptr || r->world() == 1 || n == 0) return Status::Ok();
+  const auto kind = static_cast<size_t>(comm::OpKind::kAllReduce);
+  const uint64_t sent0 = r->stats().bytes_sent[kind];
+  Status s = r->AllReduce(v, comm::DType::kF32, v, comm::DType::kF32, n)
+                 .Wait()
+                 .WithContext("all-reducing a gradient over the nodes (HYBRID_SHARD)");
+  *sent += r->stats().bytes_sent[kind] - sent0;
+  return s;
 }
 
 Result<bool> LayerExecutor::ReduceAllGrads() {

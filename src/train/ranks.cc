@@ -27,14 +27,15 @@ Result<Ranks> JoinRanks(const Config& c) {
           ? fmt::format("zero_optimization.stage {}", c.Stage())
           : fmt::format("zinf.sharding_strategy {} (stage {})", c.zinf.sharding_strategy,
                         c.Stage());
-  if (c.zinf.sharding_strategy == "HYBRID_SHARD" && r.env.local_world != r.env.world) {
-    return Unimplemented(fmt::format(
-        "{}: zinf.sharding_strategy HYBRID_SHARD across {} nodes ({} ranks, {} on this node) "
-        "is not implemented yet: sharding within a node and replicating across nodes needs a "
-        "communicator per node and one across them; on one node it is FULL_SHARD, which runs; "
-        "use FULL_SHARD (stage 3) or SHARD_GRAD_OP across nodes",
-        c.source, r.env.world / std::max(1, r.env.local_world), r.env.world,
-        r.env.local_world));
+  const bool hybrid =
+      c.zinf.sharding_strategy == "HYBRID_SHARD" && r.env.local_world != r.env.world;
+  if (hybrid && (r.env.local_world < 2 || r.env.world % r.env.local_world != 0)) {
+    return InvalidArgument(fmt::format(
+        "{}: zinf.sharding_strategy HYBRID_SHARD shards within a node and replicates across "
+        "nodes: it needs at least 2 ranks on each node and the same number on every node "
+        "(WORLD_SIZE {} a multiple of LOCAL_WORLD_SIZE {}); with one rank a node use NO_SHARD "
+        "(nothing to shard within a node) or FULL_SHARD across all ranks",
+        c.source, r.env.world, r.env.local_world));
   }
   if (c.Stage() >= 1 && c.zinf.overlap_adam) {
     return Unimplemented(fmt::format(
@@ -46,6 +47,16 @@ Result<Ranks> JoinRanks(const Config& c) {
   o.timeout = std::chrono::seconds(c.zinf.comm.timeout_seconds);
   o.check_sequence = c.zinf.comm.check_sequence;
   ZINF_ASSIGN_OR_RETURN(r.comm, comm::Connect(r.env, o));
+  if (hybrid) {
+    // Every rank joins the node's group, then the replicas' (the same order everywhere).
+    const std::vector<int> node = comm::NodeGroup(r.env), replicas = comm::ReplicaGroup(r.env);
+    const int lw = r.env.local_world;
+    ZINF_ASSIGN_OR_RETURN(
+        r.shard_comm, comm::ConnectGroup(r.env, o, fmt::format("node{}", r.env.rank / lw), node));
+    ZINF_ASSIGN_OR_RETURN(
+        r.replica_comm,
+        comm::ConnectGroup(r.env, o, fmt::format("local{}", r.env.rank % lw), replicas));
+  }
   return r;
 }
 

@@ -4,10 +4,14 @@
 // Contract.
 // - JoinRanks reads the launcher's environment (src/comm/world.h). A world of one needs no
 //   communicator (null). Otherwise it connects (zinf.comm.timeout_seconds bounds every wait) and
-//   refuses what it cannot run across ranks yet, with the reason: HYBRID_SHARD over several
-//   nodes and overlap_adam with stage 1, 2 or 3 (stage 0 replicates the state and all-reduces
-//   the gradients; stages 1, 2 and 3 partition the optimizer state, the gradients and the
-//   16-bit weights: executor.h). Checkpoints across ranks: checkpoint.h.
+//   refuses what it cannot run across ranks yet, with the reason: overlap_adam with stage 1, 2
+//   or 3 (stage 0 replicates the state and all-reduces the gradients; stages 1, 2 and 3
+//   partition the optimizer state, the gradients and the 16-bit weights: executor.h).
+//   HYBRID_SHARD over several nodes (LOCAL_WORLD_SIZE below WORLD_SIZE, dividing it, at least 2)
+//   also joins two groups: shard_comm, this node's ranks (ZeRO-3 among them), and replica_comm,
+//   the ranks of this local rank on every node (the gradient chunks all-reduced across them, so
+//   each node holds one copy of the state); on one node it is FULL_SHARD. Checkpoints across
+//   ranks: checkpoint.h.
 // - CheckRanksAgree: every rank hashes what must be equal (the config as JSON, the steps, the
 //   data sources, the model's shape, the world size) and all fail, naming the ranks that differ,
 //   when one differs — before anything heavy is built.
@@ -37,9 +41,17 @@ namespace zinf::train {
 struct Ranks {
   comm::WorldEnv env;
   std::unique_ptr<comm::Communicator> comm;  // null for a world of one
+  // HYBRID_SHARD across nodes (else null): this node's ranks, and this local rank's on every
+  // node. Declared after comm: closed before it.
+  std::unique_ptr<comm::Communicator> shard_comm, replica_comm;
   int rank() const { return env.rank; }
   int world() const { return env.world; }
   bool lead() const { return env.rank == 0; }
+  // The ranks the state is partitioned over, and this rank among them.
+  int shard_world() const { return shard_comm ? shard_comm->world() : env.world; }
+  int shard_rank() const { return shard_comm ? shard_comm->rank() : env.rank; }
+  // The communicator the executor partitions over.
+  comm::Communicator* partition_comm() const { return shard_comm ? shard_comm.get() : comm.get(); }
 };
 
 Result<Ranks> JoinRanks(const Config& c);

@@ -425,13 +425,24 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.param16_bytes = ex->Param16ShardBytes();
 
   if (ranks.comm != nullptr) {
-    const comm::CommStats cs = ranks.comm->stats();
+    // Every communicator's bytes (HYBRID_SHARD: the world's, the node's and the replicas').
+    uint64_t sent = 0, received = 0;
+    for (const auto* cm : {&ranks.comm, &ranks.shard_comm, &ranks.replica_comm}) {
+      if (*cm == nullptr) continue;
+      const comm::CommStats cs = (*cm)->stats();
+      sent += cs.total_sent();
+      received += cs.total_received();
+    }
     const double n = static_cast<double>(std::max<uint64_t>(1, sum.steps));
-    sum.comm_sent_bytes_per_step = static_cast<double>(cs.total_sent()) / n;
-    sum.comm_received_bytes_per_step = static_cast<double>(cs.total_received()) / n;
+    sum.comm_sent_bytes_per_step = static_cast<double>(sent) / n;
+    sum.comm_received_bytes_per_step = static_cast<double>(received) / n;
     sum.grad_comm_sent_bytes_per_step = static_cast<double>(es_total.grad_comm_sent_bytes) / n;
     sum.comm_seconds = es_total.comm_seconds / n;
     sum.transport = ranks.comm->Describe();
+    if (ranks.shard_comm != nullptr) {
+      sum.transport += fmt::format("; HYBRID_SHARD: {} nodes of {} ranks",
+                                   ranks.replica_comm->world(), ranks.shard_comm->world());
+    }
   }
   if (opt.profile && sum.steps > 0 && !sum.stopped) {
     ZINF_ASSIGN_OR_RETURN(ProfileBounds b, ex->MeasureBounds(x.data(), y.data(), gas));

@@ -143,7 +143,8 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
     ZINF_ASSIGN_OR_RETURN(const ckpt::Manifest whole, ReadForResume(ck.resume));
     resume_dir = whole.dir;
     repartition = !whole.rank && NeedsRepartition(whole, static_cast<uint32_t>(ranks.world()),
-                                                  PartitionRuleOf(c));
+                                                  PartitionRuleOf(c),
+                                                  static_cast<uint32_t>(ranks.shard_world()));
     if (repartition) {
       ZINF_ASSIGN_OR_RETURN(old_parts, StatePartsForRepartition(whole));
       resume_from = old_parts[0];
@@ -212,7 +213,8 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   ZINF_ASSIGN_OR_RETURN(eo.state_generations,
                         StateGenerations(c, resume_from && !repartition ? &*resume_from : nullptr));
   eo.verify_state_reads = ck.verify_state_reads;
-  eo.comm = ranks.comm.get();
+  eo.comm = ranks.partition_comm();  // HYBRID_SHARD: the node's ranks
+  eo.replica_comm = ranks.replica_comm.get();
   // ZeRO-1/2 across ranks: the optimizer state (and the gradients) partitioned, stepped after
   // backward.
   eo.partition_optimizer = ranks.world() > 1 && c.Stage() >= 1;
@@ -260,8 +262,8 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
       for (uint32_t u = 0; u < dims.units(); ++u) recorded_in_memory->push_back(dims.UnitName(u));
     }
   }
-  const uint32_t world32 = static_cast<uint32_t>(ranks.world());
-  const uint32_t rank32 = static_cast<uint32_t>(ranks.rank());
+  const uint32_t world32 = static_cast<uint32_t>(ranks.shard_world());
+  const uint32_t rank32 = static_cast<uint32_t>(ranks.shard_rank());
   const bool chunked = eo.partition_optimizer;
   const uint64_t pinned_budget = *rc.zinf.budgets.pinned_bytes;
   const uint64_t mem_available = MemAvailableBytes();
@@ -332,8 +334,8 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
                                         repartition));
     if (repartition) {
       ZINF_RETURN_IF_ERROR(RestoreRepartitioned(
-          *ex, old_parts, resumed.step, static_cast<uint32_t>(ranks.rank()),
-          static_cast<uint32_t>(ranks.world()), PartitionRuleOf(c)));
+          *ex, old_parts, resumed.step, static_cast<uint32_t>(ranks.shard_rank()),
+          static_cast<uint32_t>(ranks.shard_world()), PartitionRuleOf(c)));
     } else {
       ZINF_RETURN_IF_ERROR(RestoreOptimizerState(*ex, *resume_from));
     }
@@ -389,6 +391,8 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
                                                 .rank = static_cast<uint32_t>(ranks.rank()),
                                                 .world = static_cast<uint32_t>(ranks.world()),
                                                 .partition = PartitionRuleOf(c),
+                                                .chunks = static_cast<uint32_t>(
+                                                    ranks.shard_comm ? ranks.shard_world() : 0),
                                                 .part_timeout_seconds = static_cast<double>(
                                                     c.zinf.comm.timeout_seconds)}));
     // What Create left of the root's older checkpoints stays untouched until pruned.

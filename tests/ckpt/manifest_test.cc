@@ -244,6 +244,30 @@ TEST(ManifestTest, UnitChunksSplitEachUnitInRankOrder) {
   }
 }
 
+// HYBRID_SHARD's parts: C chunks of a world of N, part r holding chunk r mod C; the chunks
+// are recorded only when they are not the world size, and read back.
+TEST(ManifestTest, APartHoldsItsChunkOfTheNodesChunks) {
+  Manifest m;
+  m.world_size = 4;
+  m.partition = kPartitionUnitChunks;
+  m.chunks = 2;
+  m.rank = 3;
+  EXPECT_EQ(m.Chunks(), 2u);
+  EXPECT_EQ(m.PartChunk(10).lo, 5u);  // chunk 1 of 2
+  EXPECT_EQ(m.PartChunk(10).len, 5u);
+  EXPECT_EQ(m.ToJson()["world"]["chunks"], 2);
+  m.chunks = 4;
+  EXPECT_FALSE(m.ToJson()["world"].contains("chunks"));
+  EXPECT_EQ(m.PartChunk(10).lo, 9u);  // chunk 3 of 4
+  m.chunks = 0;
+  EXPECT_EQ(m.Chunks(), 4u);
+  m.partition = kPartitionReplicated;
+  EXPECT_EQ(m.PartChunk(10).len, 10u);  // every part holds the whole unit
+  m.rank.reset();
+  m.partition = kPartitionUnitChunks;
+  EXPECT_EQ(m.PartChunk(10).len, 10u);  // the global manifest: no part of its own
+}
+
 // Two parts in rank<r>/ and the global manifest naming them: read back, each part checked
 // against it, verified through it; what does not fit is refused.
 TEST(ManifestTest, ACheckpointAcrossRanksNamesItsPartsByHash) {
@@ -324,6 +348,15 @@ TEST(ManifestTest, ACheckpointAcrossRanksNamesItsPartsByHash) {
        },
        "keeps its files and shards in its parts"},
       {"a rank outside the world", [](auto& j) { j["world"]["rank"] = 2; }, "world.rank 2"},
+      {"chunks not dividing the world", [](auto& j) { j["world"]["chunks"] = 3; },
+       "world.chunks 3"},
+      {"chunks of a replicated state",
+       [](auto& j) {
+         j["world"]["partition"] = "replicated";
+         j["world"]["chunks"] = 1;
+       },
+       "expected chunks only with \"unit-chunks\""},
+      {"a part disagreeing on the chunks", [](auto& j) { j["world"]["chunks"] = 1; }, ""},
   };
   const std::string text = *ReadWholeFile(dir + "/manifest.json");
   for (const Case& c : cases) {
@@ -332,6 +365,15 @@ TEST(ManifestTest, ACheckpointAcrossRanksNamesItsPartsByHash) {
     c.edit(j);
     std::ofstream(dir + "/manifest.json", std::ios::trunc) << j.dump();
     auto r = Read(dir);
+    if (std::string(c.expect).empty()) {
+      // A valid global manifest whose parts say otherwise: refused by ReadPart.
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      auto part = ReadPart(*r, 0);
+      EXPECT_EQ(part.status().code(), StatusCode::kDataLoss);
+      EXPECT_NE(part.status().ToString().find("in 1 chunks"), std::string::npos)
+          << part.status().ToString();
+      continue;
+    }
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().ToString().find(c.expect), std::string::npos) << r.status().ToString();
   }

@@ -5,7 +5,7 @@
 // trained by one rank and by 2, 3 or 4 ranks, compared bit for bit (final weights, losses,
 // gradient norms) where the arithmetic allows; the state held per rank and the bytes on the
 // wire against the ZeRO formulas; and the failures: a rank given another config, a wrong world
-// size, a rank killed mid-run, what is not implemented across ranks yet.
+// size, a rank killed mid-run, what cannot run across ranks.
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -369,17 +369,19 @@ TEST(TrainRanksCliTest, ARankKilledMidRunIsNamedByTheOthers) {
   EXPECT_LT(secs, 30.0);
 }
 
-TEST(TrainRanksCliTest, WhatIsNotImplementedAcrossRanksIsRefused) {
+// What cannot run across ranks is refused with the reason: HYBRID_SHARD with one rank a node
+// (nothing to shard within a node: LOCAL_WORLD_SIZE 1 of WORLD_SIZE 2), overlap_adam with a
+// partitioned optimizer.
+TEST(TrainRanksCliTest, WhatCannotRunAcrossRanksIsRefused) {
   TempDir dir;
-  // HYBRID_SHARD over two nodes (one rank each: LOCAL_WORLD_SIZE 1 of WORLD_SIZE 2).
   const std::string hybrid = dir / "hybrid.json";
   std::ofstream(hybrid) << R"({"zinf": {"sharding_strategy": "HYBRID_SHARD"}})";
   auto r = RunZinf(LaunchPrefix(2) + "sh -c 'LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 " + ZINF_BINARY +
                        " " + Tiny(2) + " --config " + hybrid + " --offload cpu'",
                    dir.path());
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("HYBRID_SHARD across 2 nodes (2 ranks, 1 on this node) is not "
-                       "implemented yet"),
+  EXPECT_NE(r.err.find("HYBRID_SHARD shards within a node and replicates across nodes: it needs "
+                       "at least 2 ranks on each node"),
             std::string::npos) << r.err;
   r = RunZinf(Launch(2) + Tiny(2) + Stage1(dir) + " --offload cpu --overlap-adam", dir.path());
   EXPECT_EQ(r.exit_code, 1);

@@ -14,6 +14,7 @@
 #include "src/comm/gloo_transport.h"
 #include "src/comm/p2p_communicator.h"
 #include "src/comm/tcp_store.h"
+#include "src/comm/world.h"
 #include "tests/comm/comm_test_util.h"
 
 namespace zinf::comm {
@@ -200,6 +201,65 @@ TEST(GlooTransportTest, GlooOwnCollectivesAgree) {
     ASSERT_TRUE(run.ok());
     ASSERT_TRUE((*run)().ok());
     EXPECT_EQ(rs[size_t(r) * count], 3.0f);
+  });
+}
+
+// HYBRID_SHARD's groups over four ranks as two nodes of two (LOCAL_WORLD_SIZE 2): each node's
+// ranks and each local rank's replicas sum among themselves only, through the TCP store and
+// the file store; a rank not among the members is refused naming the group.
+TEST(GlooTransportTest, NodeAndReplicaGroupsSumAmongTheirMembers) {
+  EXPECT_EQ(NodeGroup([] { WorldEnv e; e.rank = 3; e.world = 4; e.local_world = 2; return e; }()),
+            (std::vector<int>{2, 3}));
+  EXPECT_EQ(
+      ReplicaGroup([] { WorldEnv e; e.rank = 3; e.world = 4; e.local_world = 2; return e; }()),
+      (std::vector<int>{1, 3}));
+  char tmpl[] = "/tmp/zinf_gloo_grXXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  for (const bool file_store : {false, true}) {
+    SCOPED_TRACE(file_store ? "file store" : "TCP store");
+    const uint16_t port = FreePort();
+    OnThreads(4, [&](int r) {
+      WorldEnv e = Env(r, 4, port);
+      e.local_rank = r % 2;
+      e.local_world = 2;
+      if (file_store) e.store_dir = tmpl;
+      auto world = Connect(e, Quick());
+      ASSERT_TRUE(world.ok()) << world.status().ToString();
+      const std::vector<int> node = NodeGroup(e), replicas = ReplicaGroup(e);
+      auto n = ConnectGroup(e, Quick(), "node" + std::to_string(r / 2), node);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      auto rep = ConnectGroup(e, Quick(), "local" + std::to_string(r % 2), replicas);
+      ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+      EXPECT_EQ((*n)->world(), 2);
+      EXPECT_EQ((*n)->rank(), r % 2);
+      EXPECT_EQ((*rep)->rank(), r / 2);
+      // Values 1, 10, 100, 1000 for ranks 0..3: each sum names its members.
+      const float mine = std::pow(10.0f, float(r));
+      float y = 0;
+      ASSERT_TRUE((*n)->AllReduce(&mine, DType::kF32, &y, DType::kF32, 1).Wait().ok());
+      EXPECT_EQ(y, r < 2 ? 11.0f : 1100.0f) << r;
+      ASSERT_TRUE((*rep)->AllReduce(&mine, DType::kF32, &y, DType::kF32, 1).Wait().ok());
+      EXPECT_EQ(y, r % 2 == 0 ? 101.0f : 1010.0f) << r;
+      ASSERT_TRUE((*world)->AllReduce(&mine, DType::kF32, &y, DType::kF32, 1).Wait().ok());
+      EXPECT_EQ(y, 1111.0f);
+      // Every member done with the groups before any closes its side.
+      ASSERT_TRUE((*world)->Barrier().Wait().ok());
+    });
+  }
+  std::filesystem::remove_all(tmpl);
+  // A group this rank is not in.
+  const uint16_t port = FreePort();
+  OnThreads(2, [&](int r) {
+    auto world = Connect(Env(r, 2, port), Quick());
+    ASSERT_TRUE(world.ok()) << world.status().ToString();
+    if (r == 0) {
+      const int others[] = {1};
+      auto g = ConnectGlooGroup(Env(r, 2, port), milliseconds(2000), "lonely", others);
+      EXPECT_FALSE(g.ok());
+      EXPECT_NE(g.status().ToString().find("rank 0 is not in the group lonely"),
+                std::string::npos) << g.status().ToString();
+    }
+    ASSERT_TRUE((*world)->Barrier().Wait().ok());
   });
 }
 
