@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -151,6 +152,25 @@ TEST(HybridShardTest, CheckpointsResumeBitwiseExportAndMoveToOneNode) {
   EXPECT_NE((moved.out + moved.err).find("re-partitioning"), std::string::npos) << moved.out;
   ExpectLossesNear(LossRecords({dir / "a.jsonl", dir / "c.jsonl"}),
                    LossRecords({dir / "ref.jsonl"}), 1e-5);
+}
+
+// As two machines would run it: one `zinf launch --nnodes 2 --node-rank K` on each "node"
+// (two launches here), the same command on both.
+TEST(HybridShardTest, TwoLaunchesAsTwoNodes) {
+  TempDir dir;
+  const std::string port = std::to_string(FreePort());
+  const std::string common = " --nproc 2 --nnodes 2 --master-port " + port +
+                             " --run-id hybrid -- " + ZINF_BINARY + " " + Tiny(3) + Hybrid(dir) +
+                             " --offload cpu --summary-json " + dir / "s.json";
+  fs::create_directories(dir / "n1");
+  testing::CommandResult node1;
+  std::thread t([&] { node1 = RunZinf("launch --node-rank 1" + common, dir / "n1"); });
+  auto node0 = RunZinf("launch --node-rank 0" + common, dir.path());
+  t.join();
+  ASSERT_EQ(node0.exit_code, 0) << node0.out << node0.err;
+  ASSERT_EQ(node1.exit_code, 0) << node1.out << node1.err;
+  EXPECT_NE(node0.out.find("HYBRID_SHARD: 2 nodes of 2 ranks"), std::string::npos) << node0.out;
+  EXPECT_EQ(Summary(dir / "s.json").value("world", 0), 4);
 }
 
 }  // namespace
