@@ -128,7 +128,9 @@ struct ExecutorOptions {
   // is reduce-scattered (the rank-ordered sum of the rank's chunk lands in it), the rank's Adam
   // updates its chunk, and the new 16-bit weights are all-gathered and written home on every
   // rank: (world-1)/world of the fp32 gradients and of the 16-bit weights on the wire. Steps
-  // run unit by unit on the training thread (not async_optimizer, not overlap_adam). Σ g² is
+  // run unit by unit on the training thread (not async_optimizer); with overlap_adam each
+  // unit's chunk steps during the last backward once its gradient is final, after the ranks
+  // agree it is finite (a flag all-reduced a unit). Σ g² is
   // the rank-ordered sum of the ranks' partial sums. GetUnitWeights becomes a collective (every
   // rank calls it for the same unit).
   bool partition_optimizer = false;
@@ -386,6 +388,12 @@ class LayerExecutor {
   // ZeRO-1: one unit's optimizer step on this rank's chunk (NVMe or memory).
   Status StepChunk(uint32_t unit, const kernels::AdamHyper& hyper,
                    offload::OptimizerStepStats* st);
+  // zinf.overlap_adam across partitioned ranks: StepChunk during backward, once the state is
+  // free of a checkpoint's hold; the unit's gradient discarded after.
+  Status StepChunkNow(uint32_t unit, const kernels::AdamHyper& hyper,
+                      offload::OptimizerStepStats* st);
+  // Whether every rank's value is true (a collective: every rank calls it at the same point).
+  Result<bool> AllRanksFinite(bool mine);
   // All-reduces unit's accumulated gradient in place in its host copy (released dirty), adding
   // its Σ g² to *sum_squares; whether every value of the sum is finite.
   Result<bool> ReduceUnitGrad(uint32_t unit, double* sum_squares);

@@ -98,6 +98,25 @@ Result<bool> LayerExecutor::ReduceAllGrads() {
   return finite;
 }
 
+Result<bool> LayerExecutor::AllRanksFinite(bool mine) {
+  int32_t in = mine ? 0 : 1, out = 0;
+  ZINF_RETURN_IF_ERROR(
+      options_.comm->AllReduce(&in, comm::DType::kI32, &out, comm::DType::kI32, 1).Wait());
+  return out == 0;
+}
+
+Status LayerExecutor::StepChunkNow(uint32_t u, const kernels::AdamHyper& hyper,
+                                   offload::OptimizerStepStats* st) {
+  const auto t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(WaitStateHold());
+  ZINF_RETURN_IF_ERROR(StepChunk(u, hyper, st));
+  ZINF_RETURN_IF_ERROR(rt_.tiers->Discard(grad_[u]));
+  const double dt = Since(t0);
+  st->seconds += dt;
+  stats_.optimizer_seconds += dt;
+  return Status::Ok();
+}
+
 Result<double> LayerExecutor::SumOverRanks(double partial) {
   // Each rank summed its chunks: the step's Σ g² is the rank-ordered sum of the ranks' (the
   // same double on every rank; it differs from one rank's sum over whole units in the last

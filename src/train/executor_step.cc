@@ -120,10 +120,6 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
                                                         float accumulate_scale, bool first,
                                                         bool last,
                                                         const kernels::AdamHyper* overlap) {
-  if (overlap != nullptr && partitioned_) {
-    return InvalidArgument("ForwardBackward: the optimizer does not overlap backward with a "
-                           "partitioned optimizer state (ZeRO-1) yet");
-  }
   if (overlap != nullptr && !last) {
     return InvalidArgument("ForwardBackward: the optimizer overlaps only the last micro-batch");
   }
@@ -178,8 +174,12 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
     // The unit's gradients are final (its hand-over done) and finite before it is updated;
     // across ranks, summed over them first (every rank reduces the units in the same order).
     ZINF_ASSIGN_OR_RETURN(auto so_far, accumulator_->WaitIdle());
-    if (ReducesGrads()) {
+    if (ReducesGrads() && !partitioned_grads_) {
       ZINF_ASSIGN_OR_RETURN(so_far.finite, ReduceUnitGrad(unit, &reduced_sum_squares));
+    }
+    if (partitioned_) {
+      // Each rank saw its own chunk: every rank steps the unit, or none does.
+      ZINF_ASSIGN_OR_RETURN(so_far.finite, AllRanksFinite(so_far.finite));
     }
     if (!so_far.finite) {
       return Aborted(fmt::format("non-finite gradients in {} with zinf.overlap_adam: the units "
@@ -187,6 +187,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
                                  d.UnitName(unit)));
     }
     if (gated) return OpenGate(unit);  // the pipeline's thread updates it
+    if (partitioned_) return StepChunkNow(unit, *overlap, &r.optimizer);
     return StepUnit(unit, *overlap, &r.optimizer);
   };
 
@@ -250,7 +251,12 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   if (last && ReducesGrads()) {
     // Across ranks the step's gradient is the sum over them: its Σ g² and finiteness decide.
     if (overlap != nullptr) {
-      grad_sum_squares_ = reduced_sum_squares;
+      // ZeRO-2/3: the accumulator summed this rank's chunks; ZeRO-1: ReduceUnitGrad did. Across
+      // partitioned ranks the step's Σ g² is the ranks' partial sums added.
+      grad_sum_squares_ = partitioned_grads_ ? totals.sum_squares : reduced_sum_squares;
+      if (partitioned_) {
+        ZINF_ASSIGN_OR_RETURN(grad_sum_squares_, SumOverRanks(grad_sum_squares_));
+      }
     } else if (partitioned_grads_) {
       // ZeRO-2: already summed, chunk by chunk; each rank's Σ g² is of its chunks.
       ZINF_ASSIGN_OR_RETURN(grad_sum_squares_, SumOverRanks(totals.sum_squares));

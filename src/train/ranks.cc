@@ -22,11 +22,6 @@ Result<Ranks> JoinRanks(const Config& c) {
   Ranks r;
   ZINF_ASSIGN_OR_RETURN(r.env, comm::ReadWorldEnv());
   if (r.env.world == 1) return r;
-  const std::string what =
-      c.zinf.sharding_strategy.empty()
-          ? fmt::format("zero_optimization.stage {}", c.Stage())
-          : fmt::format("zinf.sharding_strategy {} (stage {})", c.zinf.sharding_strategy,
-                        c.Stage());
   const bool hybrid =
       c.zinf.sharding_strategy == "HYBRID_SHARD" && r.env.local_world != r.env.world;
   if (hybrid && (r.env.local_world < 2 || r.env.world % r.env.local_world != 0)) {
@@ -36,12 +31,6 @@ Result<Ranks> JoinRanks(const Config& c) {
         "(WORLD_SIZE {} a multiple of LOCAL_WORLD_SIZE {}); with one rank a node use NO_SHARD "
         "(nothing to shard within a node) or FULL_SHARD across all ranks",
         c.source, r.env.world, r.env.local_world));
-  }
-  if (c.Stage() >= 1 && c.zinf.overlap_adam) {
-    return Unimplemented(fmt::format(
-        "{}: zinf.overlap_adam with {} across ranks is not implemented yet (the partitioned "
-        "optimizer steps after backward); leave overlap_adam off or use stage 0",
-        c.source, what));
   }
   comm::CommOptions o;
   o.timeout = std::chrono::seconds(c.zinf.comm.timeout_seconds);

@@ -3,10 +3,9 @@
 //
 // Contract.
 // - JoinRanks reads the launcher's environment (src/comm/world.h). A world of one needs no
-//   communicator (null). Otherwise it connects (zinf.comm.timeout_seconds bounds every wait) and
-//   refuses what it cannot run across ranks yet, with the reason: overlap_adam with stage 1, 2
-//   or 3 (stage 0 replicates the state and all-reduces the gradients; stages 1, 2 and 3
-//   partition the optimizer state, the gradients and the 16-bit weights: executor.h).
+//   communicator (null). Otherwise it connects (zinf.comm.timeout_seconds bounds every wait).
+//   Stage 0 replicates the state and all-reduces the gradients; stages 1, 2 and 3 partition the
+//   optimizer state, the gradients and the 16-bit weights (executor.h).
 //   HYBRID_SHARD over several nodes (LOCAL_WORLD_SIZE below WORLD_SIZE, dividing it, at least 2)
 //   also joins two groups: shard_comm, this node's ranks (ZeRO-3 among them), and replica_comm,
 //   the ranks of this local rank on every node (the gradient chunks all-reduced across them, so
