@@ -43,10 +43,8 @@ Result<bool> LayerExecutor::ReduceUnitGrad(uint32_t unit, double* sum_squares) {
                        .Wait()
                  : options_.comm->AllReduce(v, comm::DType::kF32, v, comm::DType::kF32, n).Wait();
   stats_.grad_comm_sent_bytes += options_.comm->stats().bytes_sent[kind] - sent0;
-  if (s.ok()) {
-    s = partitioned_ ? AllReduceOverReplicas(v + chunk.lo, chunk.len, &stats_.grad_comm_sent_bytes)
-                     : AllReduceOverReplicas(v, n, &stats_.grad_comm_sent_bytes);
-  }
+  // The chunk is the whole unit when the state is replicated (ChunkOf).
+  if (s.ok()) s = AllReduceOverReplicas(v + chunk.lo, chunk.len, &stats_.grad_comm_sent_bytes);
   stats_.comm_seconds += Since(t0);
   if (!s.ok()) {
     // The copy holds a partial sum now: dirty (so it is never taken for its home's value) and
