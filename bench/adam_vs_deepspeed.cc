@@ -10,13 +10,19 @@
 // Per size: fp32 parameters, gradients and moments; each timed sample is `calls` back-to-back
 // steps (64M elements' worth, at least one: tens of milliseconds, so that waking the threads
 // after the pause below is amortized as in a long optimizer step), and small tensors pay their
-// per-call cost as a framework stepping many of them does. The two kernels alternate (the order flips every
-// round), each after a pause that lets the other's idle threads stop spinning (measured: with
-// no pause, OpenMP's spinning worker takes a core from zinf's next sample and halves its speed
-// at 256K elements on 2 cores; with OMP_WAIT_POLICY=passive the reverse), and each round's ratio t(DeepSpeed) / t(zinf) is kept: above 1, zinf is faster. The
-// medians over the rounds are printed, one line per size.
+// per-call cost as a framework stepping many of them does. The two kernels alternate (the order
+// flips every round), each after a pause that lets the other's idle threads stop spinning:
+// with no pause, OpenMP's spinning worker takes a core from zinf's next sample and halves its
+// speed at 256K elements on 2 cores (with OMP_WAIT_POLICY=passive the reverse). libgomp's
+// worker spins 6.1-6.2 ms after a parallel region (measured with its thread CPU clock), so the
+// default pause is 10 ms. Longer pauses also leave this VM's cores idle before each sample;
+// --pause-ms 30 (the earlier default) measures that cold start, where oneTBB 2021.8's worker,
+// asleep between calls, wakes late for the first calls (README, issue 13's table). Each
+// round's ratio t(DeepSpeed) / t(zinf) is kept: above 1, zinf is faster. The medians over the
+// rounds are printed, one line per size, with a bootstrap 95% interval.
 //
 //   adam_vs_deepspeed [--sizes 16K,256K,1M,64M] [--threads 2] [--rounds 9] [--weight-decay 0]
+//                     [--zinf-chunk 32K] [--pause-ms 10]
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -68,6 +74,7 @@ int main(int argc, char** argv) {
   int threads = 2, rounds = 9;
   float weight_decay = 0.0f;
   size_t chunk = 0;  // zinf's chunk_elems; 0: its default
+  int pause_ms = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--sizes") sizes = v;
@@ -75,15 +82,20 @@ int main(int argc, char** argv) {
     else if (k == "--rounds") rounds = std::atoi(v.c_str());
     else if (k == "--weight-decay") weight_decay = std::strtof(v.c_str(), nullptr);
     else if (k == "--zinf-chunk") chunk = ParseSize(v);
+    else if (k == "--pause-ms") pause_ms = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "adam_vs_deepspeed: unknown option %s\n", k.c_str());
       return 2;
     }
   }
+  if (threads < 1 || rounds < 1 || pause_ms < 0) {
+    std::fprintf(stderr, "adam_vs_deepspeed: --threads and --rounds must be >= 1, --pause-ms >= 0\n");
+    return 2;
+  }
   omp_set_num_threads(threads);
   std::printf("zinf CPU Adam vs DeepSpeed Step_AVX<8> (fp32, AdamW, weight_decay %g), %d "
-              "threads, medians of %d alternated rounds\n",
-              weight_decay, threads, rounds);
+              "threads, medians of %d alternated rounds, %d ms pauses\n",
+              weight_decay, threads, rounds, pause_ms);
   std::printf("%10s %7s %12s %12s %14s   %s\n", "elements", "calls", "zinf ns/el", "DS ns/el",
               "DS/zinf time", "95% interval");
   size_t from = 0;
@@ -133,7 +145,7 @@ int main(int argc, char** argv) {
       // The other kernel's threads stop spinning (OpenMP's and oneTBB's workers spin a while
       // after their work, and on a machine with as many cores as threads they would take the
       // cores this kernel needs); then one untimed call wakes this one's threads and caches.
-      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
       f();
       const auto t0 = std::chrono::steady_clock::now();
       for (size_t c = 0; c < calls; ++c) f();

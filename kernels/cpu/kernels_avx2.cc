@@ -178,7 +178,8 @@ inline void PrefetchAhead(const void* p) {
 }
 
 template <DType kGrad, DType kState, int kOut, bool kStream, bool kSR>
-void AdamChunkT(const AdamCoeffs& coeffs, const AdamChunk& ch) {
+void AdamChunkT(const AdamCoeffs& coeffs, const AdamChunk& chunk) {
+  const AdamChunk ch = chunk;  // a local copy: see kernels_avx512.inc
   constexpr DType kOutType = kOut != 0 ? static_cast<DType>(kOut) : DType::kBf16;
   const Coeffs c = Broadcast(coeffs);
   size_t i = 0;

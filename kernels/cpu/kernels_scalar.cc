@@ -19,7 +19,8 @@ using AdamFn = void (*)(const AdamCoeffs&, const AdamChunk&);
 // kOut: 0 no 16-bit copy, otherwise the DType of the copy. kSR: bf16 state rounded
 // stochastically.
 template <DType kGrad, DType kState, int kOut, bool kSR = false>
-void AdamChunkT(const AdamCoeffs& c, const AdamChunk& ch) {
+void AdamChunkT(const AdamCoeffs& c, const AdamChunk& chunk) {
+  const AdamChunk ch = chunk;  // a local copy: see kernels_avx512.inc
   for (size_t i = 0; i < ch.n; ++i) {
     float p = ch.param[i];
     float g = LoadAsFloat(ch.grad, kGrad, i) * c.grad_scale;
