@@ -23,15 +23,22 @@ uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t 
   const bool reduce = o.comm != nullptr && o.comm->world() > 1;
   const uint64_t grad_elem = o.micro_batches == 1 && !reduce ? 2 : 4;
   uint64_t total = 0;
-  if (o.optimizer_on_nvme) {
-    total += o.pipeline_slabs *
-             page(offload::OptimizerPipeline::SlabBytes(max_n, align, o.moment_type));
-  }
-  if (grad_elem == 4) total += 2 * page(2 * max_n);  // the hand-overs' staging blocks
   const bool zero1 = reduce && o.partition_optimizer;
   const bool zero2 = zero1 && o.partition_grads;
   const bool zero3 = zero2 && o.partition_params;
   const auto world = static_cast<uint32_t>(reduce ? o.comm->world() : 1);
+  if (o.optimizer_on_nvme) {
+    // Across ranks a slab holds a unit's chunk of the state; rank 0's chunks are the largest
+    // (ckpt::ChunkOfUnit).
+    uint64_t max_state = 0;
+    for (uint32_t u = 0; u < d.units(); ++u) {
+      const uint64_t n = d.UnitParams(u);
+      max_state = std::max(max_state, zero1 ? ckpt::ChunkOfUnit(n, world, 0).len : n);
+    }
+    total += o.pipeline_slabs *
+             page(offload::OptimizerPipeline::SlabBytes(max_state, align, o.moment_type));
+  }
+  if (grad_elem == 4) total += 2 * page(2 * max_n);  // the hand-overs' staging blocks
   // Every shard's host copy, sized as RegisterShards registers it (ZeRO-1's gradients padded
   // to world chunks, ZeRO-2's a chunk, ZeRO-3's 16-bit weights a chunk), and for each size one
   // more: the tier manager's slot for a copy in transfer.
@@ -100,6 +107,12 @@ LayerExecutor::Chunk LayerExecutor::ChunkOf(uint32_t unit) const {
 }
 
 uint64_t LayerExecutor::StateElems(uint32_t unit) const { return ChunkOf(unit).len; }
+
+uint64_t LayerExecutor::MaxStateElems() const {
+  uint64_t m = 0;
+  for (uint32_t u = 0; u < dims_.units(); ++u) m = std::max(m, StateElems(u));
+  return m;
+}
 
 uint64_t LayerExecutor::RoundingStream(uint32_t unit) const {
   // The unit's stream whatever the chunking: a chunk draws from its offset in the unit
@@ -230,8 +243,9 @@ Status LayerExecutor::Setup() {
     po.tracer = options_.tracer;
     po.grads = rt_.tiers.get();
     po.untraced_grads = options_.async_optimizer;  // it may run beside the next forward
-    ZINF_ASSIGN_OR_RETURN(pipeline_,
-                          offload::OptimizerPipeline::Create(*rt_.swap, *rt_.pool, max_n, po));
+    // Across ranks each slab holds a unit's chunk of the state, not the unit.
+    ZINF_ASSIGN_OR_RETURN(pipeline_, offload::OptimizerPipeline::Create(
+                                         *rt_.swap, *rt_.pool, MaxStateElems(), po));
   }
   ZINF_ASSIGN_OR_RETURN(
       accumulator_,
@@ -280,7 +294,7 @@ Status LayerExecutor::CheckPinnedBudget() const {
       options_.optimizer_on_nvme
           ? options_.pipeline_slabs *
                 pool.BlockBytes(offload::OptimizerPipeline::SlabBytes(
-                    max_n, rt_.swap->offset_align(), options_.moment_type))
+                    MaxStateElems(), rt_.swap->offset_align(), options_.moment_type))
           : 0;
   const uint64_t staging =
       GradType() == kernels::DType::kF32 ? kHandOverDepth * pool.BlockBytes(2 * max_n) : 0;

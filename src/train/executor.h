@@ -362,6 +362,9 @@ class LayerExecutor {
   Chunk ChunkOf(uint32_t unit) const;
   // The optimizer state's elements of a unit on this rank (its chunk, or the whole unit).
   uint64_t StateElems(uint32_t unit) const;
+  // The largest unit's state elements on this rank (its chunk across ranks): the optimizer
+  // pipeline's slabs are sized for it.
+  uint64_t MaxStateElems() const;
   // Whether the unit's optimizer state lives on NVMe (else in host memory: master_ and the
   // moments' arrays).
   bool StateOnNvme(uint32_t unit) const { return in_memory_[unit] == 0; }

@@ -6,10 +6,13 @@
 // Contract.
 // - MomentType: zinf.optimizer_state_dtype ("bf16" -> bf16, else fp32).
 // - StateBytesPerParam: fp32 master weights and two moments (12 bytes, or 8 with bf16 moments).
-// - SwapBytes: every unit's 16-bit weights and gradient (6 bytes a parameter: the gradient at
-//   fp32) and, for the units whose optimizer state is on NVMe (`state_in_memory[u]` false or
-//   absent), `generations` copies of that state; each extent rounded up to the stripe unit
-//   (SwapSpace aligns extents to it) plus an O_DIRECT block.
+// - SwapBytes: this rank's share (`share`, the executor's partition rule) of every unit's
+//   16-bit weights (2 bytes an element: the unit, or its chunk with ZeRO-3) and gradient (4: the
+//   unit, padded to world chunks with ZeRO-1, its chunk with ZeRO-2 and 3) and, for the units
+//   whose optimizer state is on NVMe (`state_in_memory[u]` false or absent), `generations`
+//   copies of that state (the unit, or its chunk with ZeRO-1 and up); each extent rounded up to
+//   the stripe unit (SwapSpace aligns extents to it) plus an O_DIRECT block. One rank (the
+//   default share): the whole model, 6 bytes a parameter beside the state.
 // - AutoPinnedBudget: the pinned budget of a run whose config leaves zinf.budgets.pinned_bytes
 //   unset: what the run wants (PinnedBytesWanted), at least one aio.block_size when it uses
 //   NVMe (what the config's check asks of any budget), at most AutoPinnedCap() (a quarter of
@@ -36,8 +39,14 @@ namespace zinf::train {
 
 kernels::DType MomentType(const Config& c);
 uint64_t StateBytesPerParam(const Config& c);
+// What one rank holds of each unit across ranks (ExecutorOptions::partition_*, over the ranks
+// the state is partitioned among): rank `rank` of `world` takes ckpt::ChunkOfUnit's chunk.
+struct RankShare {
+  uint32_t world = 1, rank = 0;
+  bool optimizer = false, grads = false, params = false;  // ZeRO-1, 2, 3
+};
 uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
-                   const std::vector<char>& state_in_memory);
+                   const std::vector<char>& state_in_memory, const RankShare& share = {});
 uint64_t AutoPinnedBudget(const GptDims& d, const Config& c, const ExecutorOptions& eo);
 uint64_t AutoHostBytes(uint64_t available, uint64_t pinned_budget, uint64_t device_budget);
 

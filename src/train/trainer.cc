@@ -115,6 +115,7 @@ std::string TrainSummary::ToJson() const {
   j["placement"] = placement;
   j["gradient_bytes"] = gradient_bytes;
   j["param16_bytes"] = param16_bytes;
+  j["swap_file_bytes"] = swap_file_bytes;
   j["compute_seconds_per_step"] = compute_seconds;
   j["stall_seconds_per_step"] = stall_seconds;
   j["optimizer_wait_seconds_per_step"] = optimizer_wait_seconds;
@@ -423,6 +424,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.placement = eo.optimizer_on_nvme ? placement.Describe(dims) : "every unit in memory";
   sum.gradient_bytes = ex->GradShardBytes();
   sum.param16_bytes = ex->Param16ShardBytes();
+  sum.swap_file_bytes = rt->swap != nullptr ? rt->swap->capacity() : 0;
 
   if (ranks.comm != nullptr) {
     // Every communicator's bytes (HYBRID_SHARD: the world's, the node's and the replicas').

@@ -98,6 +98,8 @@ struct TrainSummary {
   uint64_t gradient_bytes = 0;
   // This rank's 16-bit weight shards (2 bytes a parameter; with ZeRO-3 its chunks, / world).
   uint64_t param16_bytes = 0;
+  // The swap file this rank reserved (fallocate) on its NVMe directories; 0 without NVMe.
+  uint64_t swap_file_bytes = 0;
   uint64_t peak_pinned_bytes = 0, pinned_budget_bytes = 0;
   std::string device, backend, io_engine;
   // --profile: each bound measured alone in the same run, and the step over their max.

@@ -265,6 +265,9 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   const uint32_t world32 = static_cast<uint32_t>(ranks.shard_world());
   const uint32_t rank32 = static_cast<uint32_t>(ranks.shard_rank());
   const bool chunked = eo.partition_optimizer;
+  // This rank's share of each unit, as the executor partitions it: its swap file holds only that.
+  const RankShare share{.world = world32, .rank = rank32, .optimizer = eo.partition_optimizer,
+                        .grads = eo.partition_grads, .params = eo.partition_params};
   const uint64_t pinned_budget = *rc.zinf.budgets.pinned_bytes;
   const uint64_t mem_available = MemAvailableBytes();
   // zinf.budgets.host_bytes "auto": sized now from the memory available (a resume keeps its
@@ -313,7 +316,8 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
         std::string(OffloadDeviceName(c.zero.offload_optimizer.device))));
   }
   ZINF_ASSIGN_OR_RETURN(
-      auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c, eo.state_generations, placement.in_memory),
+      auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c, eo.state_generations,
+                                                                 placement.in_memory, share),
                                        .tracer = tracer.get(),
                                        .device_kind = opt.device,
                                        .h2d_gbps = opt.h2d_gbps,

@@ -270,6 +270,13 @@ TEST(TrainRanksCliTest, Zero1And2And3TrainAsOneRank) {
     EXPECT_GE(p16, want16) << c.name;
     EXPECT_LE(p16, want16 + 2 * units) << c.name;
     EXPECT_EQ(one.summary["param16_bytes"].get<double>(), 2 * params) << c.name;
+    // The swap file a rank reserves holds only its share (sizing.h's formula, tested there):
+    // less than one rank's, which holds the whole model.
+    if (c.extra.find("nvme") != std::string::npos) {
+      const double swap = many.summary["swap_file_bytes"];
+      EXPECT_GT(swap, 0) << c.name;
+      EXPECT_LT(swap, one.summary["swap_file_bytes"].get<double>()) << c.name;
+    }
   }
   TrainRun one = Train(dir, "clip_one", "", Tiny(4) + Stage1(dir) + " --offload cpu --grad-accum 2");
   TrainRun two = Train(dir, "clip_two", Launch(2), Tiny(4) + Stage1(dir) + " --offload cpu");
