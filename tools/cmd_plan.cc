@@ -26,6 +26,7 @@
 #include "src/base/host_info.h"
 #include "src/base/log.h"
 #include "src/base/units.h"
+#include "src/ckpt/manifest.h"
 #include "src/runtime/offload_runtime.h"
 #include "src/train/executor.h"
 #include "src/train/planner.h"
@@ -41,7 +42,8 @@ namespace {
 
 struct PlanArgs {
   std::string rates;
-  double read_gbps = 0, write_gbps = 0, adam_ns = 0, compute_seconds = 0;
+  double read_gbps = 0, write_gbps = 0, adam_ns = 0, compute_seconds = 0, comm_gbps = 0;
+  uint32_t world = 1;
   double probe_seconds = 2;
   bool json = false;
 };
@@ -174,6 +176,18 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
 
   train::PlanInputs in;
   in.dims = dims;
+  in.world = pa.world;
+  const bool chunked = pa.world > 1 && c.Stage() >= 1;
+  if (chunked) {
+    for (uint32_t u = 0; u < dims.units(); ++u) {
+      if (ckpt::ChunkOfUnit(dims.UnitParams(u), pa.world, pa.world - 1).len == 0) {
+        return fail(InvalidArgument(fmt::format(
+            "{} has {} parameters: too few to give each of {} ranks a part of its optimizer "
+            "state (ZeRO-1); use fewer ranks or stage 0", dims.UnitName(u), dims.UnitParams(u),
+            pa.world)), 1);
+      }
+    }
+  }
   in.batch = static_cast<int>(c.MicroBatchSize());
   in.seq = static_cast<int>(c.zinf.model.seq_len);
   in.micro_batches = static_cast<uint32_t>(c.GradientAccumulationSteps());
@@ -184,6 +198,10 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
   eo.micro_batches = in.micro_batches;
   eo.moment_type = moments;
+  eo.sizing_world = pa.world;
+  eo.partition_optimizer = pa.world > 1 && c.Stage() >= 1;
+  eo.partition_grads = pa.world > 1 && c.Stage() >= 2;
+  eo.partition_params = pa.world > 1 && c.Stage() >= 3;
   in.pinned_budget = train::AutoPinnedBudget(dims, c, eo);
   std::vector<std::string> dirs = c.zinf.stripe_paths;
   if (dirs.empty()) dirs.push_back(c.SwapDir());
@@ -195,8 +213,13 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   if (c.zinf.budgets.host_bytes_auto && state_nvme && available > 0) {
     c.zinf.budgets.host_bytes = train::AutoHostBytes(available, in.pinned_budget, in.device_budget);
   }
+  // Rank 0's chunks across ranks (the largest), as zinf train places each rank's own.
+  auto state_elems = [&](uint32_t u) {
+    const uint64_t n = dims.UnitParams(u);
+    return chunked ? ckpt::ChunkOfUnit(n, pa.world, 0).len : n;
+  };
   auto placement = train::PlaceOptimizerState(
-      dims, c, a.placement, per_param, [&](uint32_t u) { return dims.UnitParams(u); },
+      dims, c, a.placement, per_param, state_elems,
       available > in.pinned_budget ? available - in.pinned_budget : 1);
   if (!placement.ok()) return fail(placement.status(), 1);
 
@@ -226,6 +249,7 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   take(pa.write_gbps, "write_gbps", &rates.write_gbps);
   take(pa.adam_ns, "adam_ns_per_param", &rates.adam_ns_per_param);
   take(pa.compute_seconds, "compute_seconds", &rates.compute_seconds);
+  take(pa.comm_gbps, "comm_gbps", &rates.comm_gbps);
   const bool uses_swap = state_nvme || c.zero.offload_param.device == OffloadDevice::kNvme;
   if (uses_swap && (rates.read_gbps <= 0 || rates.write_gbps <= 0)) {
     if (Status s = ProbeDisk(c, pa.probe_seconds, &rates); !s.ok()) return fail(s, 1);
@@ -257,8 +281,7 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
     if (proposed_host >= (1ull << 30)) {
       Config pc = c;
       pc.zinf.budgets.host_bytes = proposed_host;
-      auto pp = train::PlaceOptimizerState(dims, pc, "auto", per_param,
-                                           [&](uint32_t u) { return dims.UnitParams(u); },
+      auto pp = train::PlaceOptimizerState(dims, pc, "auto", per_param, state_elems,
                                            available - in.pinned_budget);
       if (pp.ok() && pp->memory_bytes > 0) proposal = train::PlanRun(pc, in, *pp, rates);
     }
@@ -268,6 +291,7 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
                 {"write_gbps", rates.write_gbps},
                 {"adam_ns_per_param", rates.adam_ns_per_param},
                 {"compute_seconds", rates.compute_seconds},
+                {"comm_gbps", rates.comm_gbps},
                 {"compute_on_host", rates.compute_on_host},
                 {"source", rates.source}};
   if (proposal) {
@@ -313,6 +337,14 @@ void RegisterPlan(CLI::App& app, int& exit_code) {
   cmd->add_option("--adam-ns", pa->adam_ns, "CPU Adam, ns a parameter");
   cmd->add_option("--compute-seconds", pa->compute_seconds,
                   "Forward + backward of a step, seconds");
+  cmd->add_option("--world", pa->world,
+                  "Ranks on this machine (zinf launch --nproc), each holding its share by the "
+                  "ZeRO stage; the plan is rank 0's, the time the machine's")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  cmd->add_option("--comm-gbps", pa->comm_gbps,
+                  "Across ranks: a rank's collectives, GB/s sent (zinf bench-comm's bus GB/s); "
+                  "without it the collectives' time is not counted");
   cmd->add_option("--probe-seconds", pa->probe_seconds,
                   "Seconds of each disk probe (write, then read)")
       ->capture_default_str();

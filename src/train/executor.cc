@@ -20,13 +20,14 @@ uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t 
   auto page = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
   auto pad = [&](uint64_t b) { return page((b + align - 1) / align * align); };
   const uint64_t max_n = d.MaxUnitParams();
-  const bool reduce = o.comm != nullptr && o.comm->world() > 1;
+  const uint32_t ranks = o.comm != nullptr ? static_cast<uint32_t>(o.comm->world()) : o.sizing_world;
+  const bool reduce = ranks > 1;
   const uint64_t grad_elem = o.micro_batches == 1 && !reduce ? 2 : 4;
   uint64_t total = 0;
   const bool zero1 = reduce && o.partition_optimizer;
   const bool zero2 = zero1 && o.partition_grads;
   const bool zero3 = zero2 && o.partition_params;
-  const auto world = static_cast<uint32_t>(reduce ? o.comm->world() : 1);
+  const uint32_t world = reduce ? ranks : 1;
   if (o.optimizer_on_nvme) {
     // Across ranks a slab holds a unit's chunk of the state; rank 0's chunks are the largest
     // (ckpt::ChunkOfUnit).

@@ -116,6 +116,9 @@ struct ExecutorOptions {
   // the 16-bit values), and grad_sum_squares() and the finiteness are those of the sum. Null or
   // a world of one: one rank. The communicator must outlive the executor.
   comm::Communicator* comm = nullptr;
+  // Sizing without a communicator (zinf plan across ranks): the world PinnedBytesWanted sizes
+  // for when comm is null. 0 or 1: one rank.
+  uint32_t sizing_world = 0;
   // HYBRID_SHARD across nodes (FSDP's): comm is this node's ranks, and replica_comm the ranks
   // holding the same chunks on the other nodes. Each gradient reduced over comm (a rank's chunk
   // after the reduce-scatter; stage 0 the whole unit) is all-reduced in fp32 over replica_comm

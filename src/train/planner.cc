@@ -6,6 +6,7 @@
 
 #include "offload/optimizer_pipeline.h"
 #include "src/base/units.h"
+#include "src/ckpt/manifest.h"
 #include "src/train/sizing.h"
 
 namespace zinf::train {
@@ -15,7 +16,6 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   Plan p;
   const GptDims& d = in.dims;
   p.params = d.TotalParams();
-  p.state_params = p.params;
   p.placement = placement;
   const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   const bool params_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
@@ -23,7 +23,31 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   const kernels::DType moments = MomentType(c);
   const uint64_t per_param = StateBytesPerParam(c);
   const uint64_t max_n = d.MaxUnitParams();
-  const uint64_t grad_elem = in.micro_batches == 1 ? 2 : 4;
+  // Across ranks: rank 0's share of every unit (its chunks are the largest), as the executor
+  // partitions it (executor.h, sizing.h).
+  p.world = std::max<uint32_t>(1, in.world);
+  p.stage = p.world > 1 ? c.Stage() : 0;
+  const RankShare share{.world = p.world, .rank = 0, .optimizer = p.stage >= 1,
+                        .grads = p.stage >= 2, .params = p.stage >= 3};
+  const uint64_t grad_elem = in.micro_batches == 1 && p.world == 1 ? 2 : 4;
+  uint64_t p16_elems = 0, grad_elems = 0, max_state = 0, max_p16 = 0, max_grad = 0, max_per = 0;
+  p.state_params = 0;
+  std::vector<uint64_t> state_n(d.units());
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    const uint64_t n = d.UnitParams(u);
+    const ckpt::UnitChunk k = ckpt::ChunkOfUnit(n, share.optimizer ? p.world : 1, 0);
+    const uint64_t sn = share.optimizer ? k.len : n;
+    const uint64_t pn = share.params ? k.per : n;
+    const uint64_t gn = !share.optimizer ? n : share.grads ? k.per : k.per * p.world;
+    state_n[u] = sn;
+    p.state_params += sn;
+    p16_elems += pn;
+    grad_elems += gn;
+    max_state = std::max(max_state, sn);
+    max_p16 = std::max(max_p16, pn);
+    max_grad = std::max(max_grad, gn);
+    max_per = std::max(max_per, k.per);
+  }
   auto page = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
   PlanBytes& b = p.bytes;
   b.device_budget = in.device_budget;
@@ -31,24 +55,31 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   b.pinned_budget = in.pinned_budget;
   const unsigned slabs = c.zinf.pipeline_depth + 1;
   b.pinned_slabs =
-      state_nvme ? slabs * page(offload::OptimizerPipeline::SlabBytes(max_n, in.align, moments))
-                 : 0;
+      state_nvme
+          ? slabs * page(offload::OptimizerPipeline::SlabBytes(max_state, in.align, moments))
+          : 0;
   b.pinned_staging = grad_elem == 4 ? 2 * page(2 * max_n) : 0;
-  // One copy in transfer per size (the largest unit's 16-bit weights and gradient) is not cache.
-  const uint64_t spare = page(2 * max_n) + page(grad_elem * max_n);
+  // ZeRO-3's gathered units: the one in use and the next (world chunks of the largest).
+  b.pinned_gathered = share.params && p.world > 1 ? 2 * page(2 * max_per * p.world) : 0;
+  // One copy in transfer per size (the largest 16-bit weight and gradient shards) is not cache.
+  const uint64_t spare = page(2 * max_p16) + page(grad_elem * max_grad);
+  const uint64_t p16_bytes = 2 * p16_elems, grad_bytes = grad_elem * grad_elems;
   // Without a swap space the 16-bit weights and gradients are homed in pinned memory.
-  b.pinned_homed = swap ? 0 : 2 * p.params + grad_elem * p.params;
-  const uint64_t fixed = b.pinned_slabs + b.pinned_staging + spare + b.pinned_homed;
+  b.pinned_homed = swap ? 0 : p16_bytes + grad_bytes;
+  const uint64_t fixed =
+      b.pinned_slabs + b.pinned_staging + b.pinned_gathered + spare + b.pinned_homed;
   b.pinned_cache = b.pinned_budget > fixed ? b.pinned_budget - fixed : 0;
   b.host_state = placement.memory_bytes;
   b.nvme_state = state_nvme ? placement.nvme_bytes : 0;
   b.nvme_state_all = b.nvme_state * in.state_generations;
-  const uint64_t p16_bytes = 2 * p.params, grad_bytes = grad_elem * p.params;
   b.nvme_param16 = swap ? p16_bytes : 0;
   b.nvme_grads = swap ? grad_bytes : 0;
+  b.param16_held = p16_bytes;
+  b.grads_held = grad_bytes;
   b.cache_wanted = p16_bytes + grad_bytes;
-  // The swap file as zinf train sizes it.
-  if (swap) b.swap_file = SwapBytes(d, c, in.state_generations, placement.in_memory);
+  // The swap file as zinf train sizes it (this rank's share).
+  if (swap) b.swap_file = SwapBytes(d, c, in.state_generations, placement.in_memory, share);
+  if (p.world > 1) p.comm_sent_per_step = CommSentPerStep(d, p.stage, p.world, in.micro_batches);
 
   // NVMe bytes per step.
   if (swap) {
@@ -61,12 +92,18 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     p.nvme_read_per_step = state + shortfall;
     p.nvme_write_per_step = state + (state_nvme ? static_cast<double>(p16_bytes) : 0) + dirty;
   }
+  // Ranks on one machine share its drive and its CPU: every rank's NVMe bytes pass the same
+  // disk, every rank's Adam runs on the same cores, and on the host-emulated device so does
+  // every rank's compute (the rates are one process's alone).
+  const double ranks = static_cast<double>(p.world);
   if (rates.read_gbps > 0 && rates.write_gbps > 0) {
-    p.nvme_seconds = p.nvme_read_per_step / (rates.read_gbps * 1e9) +
-                     p.nvme_write_per_step / (rates.write_gbps * 1e9);
+    p.nvme_seconds = ranks * (p.nvme_read_per_step / (rates.read_gbps * 1e9) +
+                              p.nvme_write_per_step / (rates.write_gbps * 1e9));
   }
-  p.adam_seconds = rates.adam_ns_per_param * 1e-9 * static_cast<double>(p.state_params);
-  p.compute_seconds = rates.compute_seconds;
+  p.adam_seconds =
+      ranks * rates.adam_ns_per_param * 1e-9 * static_cast<double>(p.state_params);
+  p.compute_seconds = rates.compute_seconds * (rates.compute_on_host ? ranks : 1.0);
+  if (p.world > 1 && rates.comm_gbps > 0) p.comm_seconds = p.comm_sent_per_step / (rates.comm_gbps * 1e9);
   if (state_nvme) {
     // The optimizer pipeline starts with the last micro-batch's backward. Without overlap_adam
     // its Adam waits for the end of backward (the clipping coefficient), the state of its first
@@ -76,7 +113,7 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     // beside that backward (the other 6 of the 8), each unit's Adam as its gradient is final,
     // and the next forward waits for it. Its time: the state's reads and writes and the new
     // 16-bit weights' writes, or Adam when slower (the pipeline overlaps the two).
-    const double r = rates.read_gbps * 1e9, w = rates.write_gbps * 1e9;
+    const double r = rates.read_gbps * 1e9 / ranks, w = rates.write_gbps * 1e9 / ranks;
     const double state = static_cast<double>(b.nvme_state);
     const bool overlap = c.zinf.overlap_adam;
     const double per_mb = p.compute_seconds / in.micro_batches;
@@ -87,7 +124,7 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
       double ahead = 0;
       for (uint32_t k = 0; k < std::min<uint32_t>(slabs, d.units()); ++k) {
         if (k >= placement.in_memory.size() || !placement.in_memory[k]) {
-          ahead += static_cast<double>(per_param * d.UnitParams(k));
+          ahead += static_cast<double>(per_param * state_n[k]);
         }
       }
       p.state_read_under_backward = std::min(ahead, state);
@@ -120,6 +157,12 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
         p.compute_seconds - hidden_under + std::max(hidden_under, p.adam_seconds);
     p.bound = p.adam_seconds > hidden_under ? "compute + Adam" : "compute";
   }
+  // Across ranks the collectives a step issues, first-order: not hidden (over loopback their
+  // copies take the same cores as compute).
+  if (p.comm_seconds > 0) {
+    p.step_seconds += p.comm_seconds;
+    p.bound += " + collectives";
+  }
   // Every NVMe byte of the step (the 16-bit weights and gradients the cache lacks too) must
   // pass within it.
   if (p.nvme_seconds > p.step_seconds) {
@@ -127,26 +170,29 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     p.bound = "NVMe";
   }
 
-  // Does it fit?
-  if (swap && in.swap_free_bytes > 0 && b.swap_file > in.swap_free_bytes) {
+  // Does it fit? Across ranks every rank's swap file is on the same drives (rank 0's, the
+  // largest, times the ranks: an upper bound).
+  const uint64_t all_swap = b.swap_file * p.world;
+  if (swap && in.swap_free_bytes > 0 && all_swap > in.swap_free_bytes) {
     p.fits = false;
     p.problems.push_back(fmt::format(
-        "the swap file needs {} ({} bytes) but its file system has {} ({} bytes) free",
-        FormatBytesHuman(b.swap_file), b.swap_file, FormatBytesHuman(in.swap_free_bytes),
-        in.swap_free_bytes));
+        "the swap file{} {} ({} bytes{}) but its file system has {} ({} bytes) free",
+        p.world > 1 ? "s need" : " needs", FormatBytesHuman(all_swap), all_swap,
+        p.world > 1 ? fmt::format(", {} ranks of up to {}", p.world, b.swap_file) : "",
+        FormatBytesHuman(in.swap_free_bytes), in.swap_free_bytes));
     if (moments == kernels::DType::kF32 && state_nvme) {
-      const uint64_t saved = b.nvme_state_all / 3;  // 12 -> 8 bytes a parameter
+      const uint64_t saved = b.nvme_state_all * p.world / 3;  // 12 -> 8 bytes a parameter
       p.suggestions.push_back(fmt::format(
           "16-bit moments (--optimizer-state-dtype bf16) save {} of swap file{}",
-          FormatBytesHuman(saved), b.swap_file - saved <= in.swap_free_bytes ? ": it then fits" : ""));
+          FormatBytesHuman(saved), all_swap - saved <= in.swap_free_bytes ? ": it then fits" : ""));
     }
-    const uint64_t lack = b.swap_file - in.swap_free_bytes;
+    const uint64_t lack = all_swap - in.swap_free_bytes;
     if (state_nvme) {
       p.suggestions.push_back(fmt::format(
-          "a host budget (--host-budget) of {} more keeps that much optimizer state in memory "
+          "a host budget (--host-budget) of {} more{} keeps that much optimizer state in memory "
           "instead (one generation of it; checkpoints keep {})",
-          FormatBytesHuman(lack / std::max<uint32_t>(1, in.state_generations) + 1),
-          in.state_generations));
+          FormatBytesHuman(lack / p.world / std::max<uint32_t>(1, in.state_generations) + 1),
+          p.world > 1 ? " a rank" : "", in.state_generations));
     }
     p.suggestions.push_back(fmt::format(
         "a second drive with {} free (zinf.stripe_paths) stripes the swap file over both",
@@ -156,11 +202,11 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     p.fits = false;
     p.problems.push_back(fmt::format(
         "zinf.budgets.pinned_bytes {} ({} bytes) cannot hold the optimizer's slabs {}, the "
-        "gradient staging {}, one copy of the largest unit's 16-bit weights and gradient {} "
-        "and the shards homed there (no NVMe) {} ({} bytes in all)",
+        "gradient staging {}, the gathered units (ZeRO-3) {}, one copy of the largest 16-bit "
+        "weight and gradient shards {} and the shards homed there (no NVMe) {} ({} bytes in all)",
         FormatBytesHuman(b.pinned_budget), b.pinned_budget, FormatBytesHuman(b.pinned_slabs),
-        FormatBytesHuman(b.pinned_staging), FormatBytesHuman(spare),
-        FormatBytesHuman(b.pinned_homed), fixed));
+        FormatBytesHuman(b.pinned_staging), FormatBytesHuman(b.pinned_gathered),
+        FormatBytesHuman(spare), FormatBytesHuman(b.pinned_homed), fixed));
     p.suggestions.push_back(fmt::format("--pinned-budget {} or more (or auto)", FormatBytesHuman(fixed)));
   }
   const std::optional<uint64_t>& host = c.zinf.budgets.host_bytes;
@@ -173,9 +219,34 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   return p;
 }
 
+double CommSentPerStep(const GptDims& d, int stage, uint32_t world, uint32_t micro_batches) {
+  if (world < 2) return 0;
+  const double others = world - 1, mb = std::max<uint32_t>(1, micro_batches);
+  double sent = 0;
+  for (uint32_t u = 0; u < d.units(); ++u) {
+    const uint64_t n = d.UnitParams(u);
+    const double per = static_cast<double>(ckpt::ChunkOfUnit(n, world, 0).per);
+    if (stage == 0) {
+      // The all-reduce: every other rank's region out, then rank 0's summed region to each.
+      const double mine = static_cast<double>(std::min<uint64_t>(ckpt::ChunkOfUnit(n, world, 0).per, n));
+      sent += 4 * ((static_cast<double>(n) - mine) + others * mine);
+      continue;
+    }
+    const bool block = u > 0 && u + 1 < d.units();
+    if (stage == 1) sent += 4 * others * per;         // the fp32 sums, once a step
+    if (stage >= 2) sent += 2 * others * per * mb;    // each micro-batch's 16-bit gradient
+    if (stage <= 2) sent += 2 * others * per;         // the new 16-bit weights, gathered
+    if (stage == 3) sent += 2 * others * per * mb * (block ? 2 : 1);  // forward, backward
+  }
+  return sent;
+}
+
 nlohmann::json Plan::ToJson() const {
   nlohmann::json j;
   j["params"] = params;
+  j["world"] = world;
+  j["stage"] = stage;
+  j["state_params"] = state_params;
   j["placement"] = {{"how", placement.how},
                     {"memory_bytes", placement.memory_bytes},
                     {"nvme_bytes", placement.nvme_bytes},
@@ -186,9 +257,12 @@ nlohmann::json Plan::ToJson() const {
                   {"optimizer_slabs", bytes.pinned_slabs},
                   {"gradient_staging", bytes.pinned_staging},
                   {"homed", bytes.pinned_homed},
+                  {"gathered_units", bytes.pinned_gathered},
                   {"cache", bytes.pinned_cache},
                   {"cache_wanted", bytes.cache_wanted}}},
                 {"host", {{"optimizer_state", bytes.host_state}}},
+                {"held",
+                 {{"param16", bytes.param16_held}, {"gradients", bytes.grads_held}}},
                 {"nvme",
                  {{"optimizer_state", bytes.nvme_state},
                   {"optimizer_state_all_generations", bytes.nvme_state_all},
@@ -198,7 +272,9 @@ nlohmann::json Plan::ToJson() const {
   j["nvme_read_bytes_per_step"] = nvme_read_per_step;
   j["optimizer_state_read_under_backward_bytes"] = state_read_under_backward;
   j["nvme_write_bytes_per_step"] = nvme_write_per_step;
+  if (world > 1) j["comm_sent_bytes_per_step"] = comm_sent_per_step;
   j["seconds"] = {{"nvme", nvme_seconds},
+                  {"collectives", comm_seconds},
                   {"adam", adam_seconds},
                   {"optimizer", optimizer_seconds},
                   {"compute", compute_seconds},
@@ -215,6 +291,13 @@ std::string FormatPlan(const Plan& p, const GptDims& d) {
   auto h = [](uint64_t v) { return FormatBytesHuman(v); };
   std::string s;
   s += fmt::format("model: {} parameters ({} units)\n", p.params, d.units());
+  if (p.world > 1) {
+    s += fmt::format("ranks  : {} on this machine, ZeRO stage {}; rank 0 (the largest chunks) "
+                     "below: state of {} parameters, 16-bit weights {}, gradients {}; sends {} "
+                     "a step\n",
+                     p.world, p.stage, p.state_params, h(b.param16_held), h(b.grads_held),
+                     h(static_cast<uint64_t>(p.comm_sent_per_step)));
+  }
   s += fmt::format("optimizer state: {}\n", p.placement.Describe(d));
   s += fmt::format("device : budget {}; 16-bit weights of the unit in use {}\n",
                    h(b.device_budget), h(b.device_weights));
@@ -242,9 +325,12 @@ std::string FormatPlan(const Plan& p, const GptDims& d) {
                    p.nvme_write_per_step / static_cast<double>(p.params));
   s += fmt::format("time   : step {:.2f} s, bound by {} (compute {:.2f} s; optimizer step {:.2f} "
                    "s, the larger of Adam {:.2f} s and its NVMe I/O; all of the step's NVMe I/O "
-                   "{:.2f} s)\n",
+                   "{:.2f} s{})\n",
                    p.step_seconds, p.bound, p.compute_seconds, p.optimizer_seconds,
-                   p.adam_seconds, p.nvme_seconds);
+                   p.adam_seconds, p.nvme_seconds,
+                   p.world > 1 ? fmt::format("; collectives {:.2f} s{}", p.comm_seconds,
+                                             p.comm_seconds > 0 ? "" : " (no --comm-gbps)")
+                               : "");
   if (!p.fits) {
     s += "does not fit:\n";
     for (const auto& x : p.problems) s += "  " + x + "\n";

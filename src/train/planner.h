@@ -46,6 +46,7 @@ namespace zinf::train {
 
 struct PlanRates {
   double read_gbps = 0, write_gbps = 0;  // the swap directories together, 10^9 B/s
+  double comm_gbps = 0;                  // a rank's collectives, bytes sent a second (0: none)
   double adam_ns_per_param = 0;          // CPU Adam over state in memory (the moment type)
   double compute_seconds = 0;            // forward + backward of a step (all micro-batches)
   bool compute_on_host = true;           // the host-emulated device: compute shares the CPU
@@ -58,6 +59,9 @@ struct PlanBytes {
   // Pinned
   uint64_t pinned_budget = 0, pinned_slabs = 0, pinned_staging = 0, pinned_cache = 0;
   uint64_t pinned_homed = 0;  // 16-bit weights and gradients homed there (no NVMe)
+  uint64_t pinned_gathered = 0;  // ZeRO-3: the gathered units (two of the largest)
+  // The 16-bit weight and gradient shards this rank holds (its chunks across ranks).
+  uint64_t param16_held = 0, grads_held = 0;
   // Host memory (plain) and NVMe, by role
   uint64_t host_state = 0;
   uint64_t nvme_state = 0;       // one generation
@@ -69,7 +73,11 @@ struct PlanBytes {
 };
 
 struct Plan {
-  uint64_t params = 0, state_params = 0;
+  uint64_t params = 0;
+  uint64_t state_params = 0;  // this rank's: its chunks across ranks
+  uint32_t world = 1;         // ranks on this machine
+  int stage = 0;              // ZeRO stage across ranks (0 with one rank)
+  double comm_sent_per_step = 0, comm_seconds = 0;  // a rank's collectives (world > 1)
   StatePlacement placement;
   PlanBytes bytes;
   double nvme_read_per_step = 0, nvme_write_per_step = 0;
@@ -87,6 +95,7 @@ struct Plan {
 
 struct PlanInputs {
   GptDims dims;
+  uint32_t world = 1;  // ranks on this machine (zinf launch --nproc), partitioned by the stage
   int batch = 1, seq = 1;
   uint32_t micro_batches = 1;
   uint64_t pinned_budget = 0, device_budget = 0;
@@ -97,6 +106,15 @@ struct PlanInputs {
 
 Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placement,
              const PlanRates& rates);
+
+// The bytes rank 0 sends a step across `world` ranks at `stage` (p2p_communicator.h's
+// algorithms, chunks padded as ckpt::ChunkOfUnit): stage 0 all-reduces every unit's fp32
+// gradient; stage 1 reduce-scatters it once a step and all-gathers the new 16-bit weights;
+// stage 2 reduce-scatters each micro-batch's 16-bit gradient and all-gathers the weights;
+// stage 3 reduce-scatters as stage 2 and all-gathers every unit's 16-bit weights before each
+// micro-batch's forward and the blocks' before its backward. Not counted: the step's few small
+// collectives (the losses, the finiteness agreement).
+double CommSentPerStep(const GptDims& d, int stage, uint32_t world, uint32_t micro_batches);
 
 // The plan as text: bytes per tier and role, NVMe bytes per step, the time with its bound, and
 // what does not fit.

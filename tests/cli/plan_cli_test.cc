@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli/cli_util.h"
+#include "tests/cli/rank_cli_util.h"
 #include "tests/cli/train_cli_util.h"
 #include "tests/test_util.h"
 
@@ -98,6 +99,68 @@ TEST(PlanCliTest, PredictsTheBytesARunThenMeasures) {
     const double hidden = overlap ? 0.0075 : 0.0025;
     const double step = std::max(0.01 - hidden + std::max(hidden, opt), nvme);
     EXPECT_NEAR(plan["seconds"]["step"].get<double>(), step, 1e-12) << c.name;
+  }
+}
+
+// --world N: rank 0's share by the ZeRO stage (its chunks are the largest), against rank 0 of
+// `zinf launch --nproc N` with the same flags: every byte it holds, its swap file, the NVMe
+// bytes and the collectives' bytes a step.
+TEST(PlanCliTest, PredictsRankZerosBytesAcrossRanks) {
+  TempDir dir;
+  struct Case {
+    std::string name;
+    int world, stage;
+    std::string extra;
+  };
+  const std::vector<Case> cases = {
+      {"z0cpu2", 2, 0, " --offload cpu"},
+      {"z1nvme2", 2, 1, " --offload nvme"},
+      {"z2cpu3", 3, 2, " --offload cpu"},
+      {"z2nvme2_accum", 2, 2, " --offload nvme --grad-accum 2"},
+      {"z3nvme3", 3, 3, " --offload nvme"},
+      {"z3mixed2", 2, 3, " --offload nvme --host-budget 80K"},
+      {"z3auto_pinned2", 2, 3, " --offload nvme --pinned-budget auto"},
+  };
+  for (const Case& c : cases) {
+    const std::string config = dir / (c.name + ".json");
+    std::ofstream(config) << R"({"zero_optimization": {"stage": )" << c.stage << "}}";
+    std::string flags = Tiny(3) + c.extra + " --config " + config + " --swap-dir " +
+                        dir / (c.name + "_swap");
+    if (c.extra.find("--pinned-budget") != std::string::npos) {
+      flags.replace(flags.find("--pinned-budget 16M"), 19, "");
+    }
+    const nlohmann::json plan =
+        Plan(dir, flags.substr(std::string("train").size()) + " --world " +
+                      std::to_string(c.world));
+    ASSERT_FALSE(plan.is_discarded()) << c.name;
+    EXPECT_EQ(plan["world"], c.world) << c.name;
+    const std::string summary = dir / (c.name + ".json.summary");
+    auto r = RunZinf(testing::ranks::Launch(c.world) + flags + " --summary-json " + summary,
+                     dir.path());
+    ASSERT_EQ(r.exit_code, 0) << c.name << r.out << r.err;
+    const nlohmann::json s = ReadJson(summary);
+    EXPECT_EQ(plan["bytes"]["host"]["optimizer_state"], s["optimizer_state_memory_bytes"])
+        << c.name;
+    EXPECT_EQ(plan["bytes"]["nvme"]["optimizer_state"], s["optimizer_state_nvme_bytes"])
+        << c.name;
+    EXPECT_EQ(plan["bytes"]["held"]["param16"], s["param16_bytes"]) << c.name;
+    EXPECT_EQ(plan["bytes"]["held"]["gradients"], s["gradient_bytes"]) << c.name;
+    EXPECT_EQ(plan["bytes"]["pinned"]["budget"], s["pinned_budget_bytes"]) << c.name;
+    // The swap file is the size asked for, rounded up by the swap space (to 256 bytes here).
+    const double swap_plan = plan["bytes"]["nvme"]["swap_file"], swap = s["swap_file_bytes"];
+    EXPECT_LE(swap_plan, swap) << c.name;
+    EXPECT_LT(swap, swap_plan + 4096) << c.name;
+    const double slack = 4 * 4 * 4096;
+    EXPECT_NEAR(plan["nvme_read_bytes_per_step"].get<double>(),
+                s["nvme_read_bytes_step_median"].get<double>(), slack) << c.name;
+    EXPECT_NEAR(plan["nvme_write_bytes_per_step"].get<double>(),
+                s["nvme_write_bytes_step_median"].get<double>(), slack) << c.name;
+    // The collectives: the gradients' and weights' exactly, plus the step's few small ones
+    // (the losses gathered, the ranks' agreements: a few hundred bytes).
+    const double sent = s["comm_sent_bytes_per_step"];
+    const double planned = plan["comm_sent_bytes_per_step"];
+    EXPECT_LE(planned, sent) << c.name;
+    EXPECT_LE(sent - planned, 1024) << c.name;
   }
 }
 
