@@ -26,6 +26,11 @@
 // - fits: the swap file against the free space of its file system and the state in memory
 //   against zinf.budgets.host_bytes; when it does not fit, what would: 16-bit moments, a bigger
 //   host budget, a second drive (its size).
+// - across ranks (PlanInputs::world > 1, the config's ZeRO stage): every byte above is rank 0's
+//   share (its chunks are the largest; sizing.h's RankShare), CommSentPerStep what it sends a
+//   step; the time is the machine's: the ranks share its drive and cores (NVMe, Adam and, on
+//   the host-emulated device, compute count world times), plus the collectives at
+//   PlanRates::comm_gbps, not hidden; the fit checks every rank's swap file.
 // The model is a first-order one: it ignores the first step (cold) and the prefetcher's
 // timing; its error against measured steps is reported in the README.
 //

@@ -378,10 +378,12 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.step_seconds_median = Median(step_times);
   sum.nvme_read_bytes_step_median = Median(step_reads);
   sum.nvme_write_bytes_step_median = Median(step_writes);
-  if (UsesNvme(c) && world == 1) {
-    // What zinf plan predicts of this run's NVMe bytes a step, beside what it moved.
+  if (UsesNvme(c)) {
+    // What zinf plan predicts of this run's NVMe bytes a step, beside what it moved (across
+    // ranks: rank 0's, which reports them).
     PlanInputs pin;
     pin.dims = dims;
+    pin.world = static_cast<uint32_t>(ranks.shard_world());
     pin.batch = static_cast<int>(B);
     pin.seq = static_cast<int>(T);
     pin.micro_batches = static_cast<uint32_t>(gas);

@@ -155,6 +155,12 @@ TEST(PlanCliTest, PredictsRankZerosBytesAcrossRanks) {
                 s["nvme_read_bytes_step_median"].get<double>(), slack) << c.name;
     EXPECT_NEAR(plan["nvme_write_bytes_per_step"].get<double>(),
                 s["nvme_write_bytes_step_median"].get<double>(), slack) << c.name;
+    // The run reports rank 0's plan beside what it moved.
+    if (c.extra.find("nvme") != std::string::npos) {
+      EXPECT_EQ(s["plan_nvme_read_bytes_per_step"], plan["nvme_read_bytes_per_step"]) << c.name;
+      EXPECT_EQ(s["plan_nvme_write_bytes_per_step"], plan["nvme_write_bytes_per_step"])
+          << c.name;
+    }
     // The collectives: the gradients' and weights' exactly, plus the step's few small ones
     // (the losses gathered, the ranks' agreements: a few hundred bytes).
     const double sent = s["comm_sent_bytes_per_step"];
