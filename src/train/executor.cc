@@ -375,7 +375,9 @@ Status LayerExecutor::RegisterShards() {
     ou.grad_shard = gid;
     opt_units_.push_back(ou);
   }
-  if (AnyStateInMemory()) p16_staging_.resize(dims_.MaxUnitParams());
+  // The 16-bit copy of a unit's new weights, where no slab takes it (state in memory; across
+  // ranks, whose slabs hold chunks): 2 bytes a parameter of the largest unit.
+  if (AnyStateInMemory() || partitioned_) p16_staging_.resize(dims_.MaxUnitParams());
   // Units in memory ride the pipeline with their arrays (when there is one: NVMe state).
   if (options_.optimizer_on_nvme) {
     for (uint32_t u = 0; u < dims_.units(); ++u) {

@@ -54,9 +54,18 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
   uint16_t* p16 = p16_staging_.data();
   if (StateOnNvme(unit)) {
     // Everything goes through the pipeline's first slab (idle between steps): the 16-bit copy
-    // in its param16 part, the master weights and the zero moments from its start.
+    // in its param16 part, the master weights and the zero moments from its start. Across
+    // ranks a slab holds a chunk of a unit, not the unit: the unit's 16-bit copy goes to
+    // p16_staging_ instead.
     uint8_t* slab = BounceBuffer();
-    p16 = reinterpret_cast<uint16_t*>(slab + pipeline_->LayoutFor(n).param16);
+    if (!partitioned_) {
+      const auto layout = pipeline_->LayoutFor(n);
+      if (layout.total > pipeline_->slab_bytes()) {
+        return Internal(fmt::format("SetUnitWeights: unit {} ({} B) does not fit a slab ({} B)",
+                                    unit, layout.total, pipeline_->slab_bytes()));
+      }
+      p16 = reinterpret_cast<uint16_t*>(slab + layout.param16);
+    }
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
     // A checkpoint's extents stay untouched: the other generation takes the new state.
     ZINF_ASSIGN_OR_RETURN(const bool switched, TakeUnprotectedGeneration(unit));
@@ -109,14 +118,15 @@ Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
 
 Status LayerExecutor::InitWeights(uint64_t seed) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
-  // ZeRO-1 keeps a chunk of each unit in memory: the whole unit is generated in a scratch
-  // buffer of one unit.
-  std::vector<float> scratch(partitioned_ && AnyStateInMemory() ? dims_.MaxUnitParams() : 0);
+  // Across ranks (ZeRO-1 and up) a rank keeps a chunk of each unit, in memory or on NVMe, and
+  // the pipeline's slabs hold a chunk: the whole unit is generated in a scratch buffer of one
+  // unit (4 bytes a parameter of the largest unit, outside the budgets).
+  std::vector<float> scratch(partitioned_ ? dims_.MaxUnitParams() : 0);
   for (uint32_t u = 0; u < dims_.units(); ++u) {
-    // Generated where SetUnitWeights reads it from: no buffer outside the budgets.
-    float* w = StateOnNvme(u) ? reinterpret_cast<float*>(BounceBuffer())
-               : partitioned_             ? scratch.data()
-                                          : master_[u].data();
+    // Otherwise generated where SetUnitWeights reads it from: no buffer outside the budgets.
+    float* w = partitioned_     ? scratch.data()
+               : StateOnNvme(u) ? reinterpret_cast<float*>(BounceBuffer())
+                                : master_[u].data();
     InitUnit(dims_, u, seed, w);
     ZINF_RETURN_IF_ERROR(SetUnitWeights(u, w));
   }
