@@ -208,7 +208,9 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   for (const auto& d : dirs) in.swap_free_bytes += FreeBytes(d);
   const bool swap_used = state_nvme || c.zero.offload_param.device == OffloadDevice::kNvme;
   if (swap_used) in.align = OffsetAlign(dirs[0]);
-  const uint64_t available = MemAvailableBytes();
+  // Rank 0's share of the memory available: the ranks on this machine split it, as zinf train
+  // does (by LOCAL_WORLD_SIZE).
+  const uint64_t available = MemAvailableBytes() / pa.world;
   // zinf.budgets.host_bytes "auto": what zinf train would size it to now.
   if (c.zinf.budgets.host_bytes_auto && state_nvme && available > 0) {
     c.zinf.budgets.host_bytes = train::AutoHostBytes(available, in.pinned_budget, in.device_budget);

@@ -269,7 +269,10 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   const RankShare share{.world = world32, .rank = rank32, .optimizer = eo.partition_optimizer,
                         .grads = eo.partition_grads, .params = eo.partition_params};
   const uint64_t pinned_budget = *rc.zinf.budgets.pinned_bytes;
-  const uint64_t mem_available = MemAvailableBytes();
+  // This rank's share of the memory available: the node's ranks split it (each reads it as it
+  // starts; one that reads it after another allocated sees less, never more).
+  const uint64_t node_ranks = static_cast<uint64_t>(std::max(1, ranks.env.local_world));
+  const uint64_t mem_available = MemAvailableBytes() / node_ranks;
   // zinf.budgets.host_bytes "auto": sized now from the memory available (a resume keeps its
   // checkpoint's placement instead).
   Config placed = c;
@@ -277,9 +280,10 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
       mem_available > 0) {
     const uint64_t device = c.zinf.budgets.device_bytes.value_or(uint64_t{1} << 30);
     placed.zinf.budgets.host_bytes = AutoHostBytes(mem_available, pinned_budget, device);
-    Log().info("train: host budget auto: {} ({} available, less the pinned budget {}, the device "
-               "budget {} and 2 GiB kept)",
+    Log().info("train: host budget auto: {} ({} available{}, less the pinned budget {}, the "
+               "device budget {} and 2 GiB kept)",
                FormatBytesHuman(*placed.zinf.budgets.host_bytes), FormatBytesHuman(mem_available),
+               node_ranks > 1 ? fmt::format(" to this rank, 1/{} of the node's", node_ranks) : "",
                FormatBytesHuman(pinned_budget), FormatBytesHuman(device));
   }
   ZINF_ASSIGN_OR_RETURN(

@@ -139,6 +139,17 @@ TEST(SwapFileTest, KeptContentsAreReopenedWhole) {
     EXPECT_EQ(back, data);
     EXPECT_EQ((*s)->Paths(), std::vector<std::string>{std::filesystem::weakly_canonical(path)});
   }
+  {
+    // A file larger than this configuration needs is reopened as it is (same layout).
+    auto smaller = SwapFile::Create({.dirs = {dir.path()}, .size = 512 << 10, .direct = false,
+                                     .remove_on_close = false, .keep_contents = true});
+    ASSERT_TRUE(smaller.ok()) << smaller.status().ToString();
+    std::string back(data.size(), '\0');
+    ASSERT_EQ(::pread((*smaller)->members()[0]->fd(), back.data(), back.size(), 8192),
+              static_cast<ssize_t>(back.size()));
+    EXPECT_EQ(back, data);
+  }
+  // One smaller than it needs is refused, naming the file.
   auto other_size = SwapFile::Create(
       {.dirs = {dir.path()}, .size = 2 << 20, .direct = false, .keep_contents = true});
   ASSERT_FALSE(other_size.ok());
