@@ -34,11 +34,8 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   p.state_params = 0;
   std::vector<uint64_t> state_n(d.units());
   for (uint32_t u = 0; u < d.units(); ++u) {
-    const uint64_t n = d.UnitParams(u);
-    const ckpt::UnitChunk k = ckpt::ChunkOfUnit(n, share.optimizer ? p.world : 1, 0);
-    const uint64_t sn = share.optimizer ? k.len : n;
-    const uint64_t pn = share.params ? k.per : n;
-    const uint64_t gn = !share.optimizer ? n : share.grads ? k.per : k.per * p.world;
+    const UnitShare k = ShareOfUnit(d.UnitParams(u), share);
+    const uint64_t sn = k.state, pn = k.param16, gn = k.grad;
     state_n[u] = sn;
     p.state_params += sn;
     p16_elems += pn;
@@ -225,10 +222,11 @@ double CommSentPerStep(const GptDims& d, int stage, uint32_t world, uint32_t mic
   double sent = 0;
   for (uint32_t u = 0; u < d.units(); ++u) {
     const uint64_t n = d.UnitParams(u);
-    const double per = static_cast<double>(ckpt::ChunkOfUnit(n, world, 0).per);
+    const ckpt::UnitChunk k = ckpt::ChunkOfUnit(n, world, 0);
+    const double per = static_cast<double>(k.per);
     if (stage == 0) {
       // The all-reduce: every other rank's region out, then rank 0's summed region to each.
-      const double mine = static_cast<double>(std::min<uint64_t>(ckpt::ChunkOfUnit(n, world, 0).per, n));
+      const double mine = static_cast<double>(k.len);
       sent += 4 * ((static_cast<double>(n) - mine) + others * mine);
       continue;
     }

@@ -13,20 +13,24 @@ kernels::DType MomentType(const Config& c) {
 
 uint64_t StateBytesPerParam(const Config& c) { return 4 + 2 * kernels::DTypeSize(MomentType(c)); }
 
+UnitShare ShareOfUnit(uint64_t n, const RankShare& share) {
+  if (share.world < 2 || !share.optimizer) return {n, n, n, n};
+  const ckpt::UnitChunk k = ckpt::ChunkOfUnit(n, share.world, share.rank);
+  return {.state = k.len,
+          .param16 = share.params ? k.per : n,
+          .grad = share.grads ? k.per : k.per * share.world,
+          .per = k.per};
+}
+
 uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
                    const std::vector<char>& state_in_memory, const RankShare& share) {
   const uint64_t slack = c.zinf.stripe_bytes + 4096;
-  const bool ranks = share.world > 1 && share.optimizer;
   uint64_t total = 0;
   for (uint32_t u = 0; u < d.units(); ++u) {
-    const uint64_t n = d.UnitParams(u);
-    const ckpt::UnitChunk chunk = ckpt::ChunkOfUnit(n, ranks ? share.world : 1, ranks ? share.rank : 0);
-    const uint64_t state_n = ranks ? chunk.len : n;
-    const uint64_t p16_n = ranks && share.params ? chunk.per : n;
-    const uint64_t grad_n = !ranks ? n : share.grads ? chunk.per : chunk.per * share.world;
-    total += 2 * p16_n + 4 * grad_n + 2 * slack;
+    const UnitShare s = ShareOfUnit(d.UnitParams(u), share);
+    total += 2 * s.param16 + 4 * s.grad + 2 * slack;
     if (u < state_in_memory.size() && state_in_memory[u]) continue;
-    total += generations * (StateBytesPerParam(c) * state_n + 3 * slack);
+    total += generations * (StateBytesPerParam(c) * s.state + 3 * slack);
   }
   return total;
 }

@@ -45,6 +45,12 @@ struct RankShare {
   uint32_t world = 1, rank = 0;
   bool optimizer = false, grads = false, params = false;  // ZeRO-1, 2, 3
 };
+// The elements of a unit of n parameters this rank holds: its state, its 16-bit weights and
+// its gradient (ZeRO-1: the unit padded to world chunks), and the chunk length `per`.
+struct UnitShare {
+  uint64_t state = 0, param16 = 0, grad = 0, per = 0;
+};
+UnitShare ShareOfUnit(uint64_t n, const RankShare& share);
 uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
                    const std::vector<char>& state_in_memory, const RankShare& share = {});
 uint64_t AutoPinnedBudget(const GptDims& d, const Config& c, const ExecutorOptions& eo);
