@@ -31,12 +31,14 @@ struct BenchCommArgs {
   int reps = 5;
   bool json = false;
   bool no_gloo = false;
+  bool vs_handoff = false;
   std::string piece = "4MiB";
   unsigned depth = comm::CommOptions{}.pipeline_depth;
 };
 
 struct Timing {
   std::vector<double> zinf, gloo;  // the slowest rank's seconds, per rep
+  std::vector<double> handoff;     // zinf with every operation on the communicator's thread
 };
 
 double Median(std::vector<double> v) {
@@ -77,6 +79,7 @@ int Run(const BenchCommArgs& a) {
   if (!transport.ok()) return Fail(transport.status());
   comm::Transport* raw = transport->get();
   auto c = comm::P2PCommunicator::Create(std::move(*transport), opts);
+  auto* p2p = static_cast<comm::P2PCommunicator*>(c.get());
   const int w = c->world(), rank = c->rank();
   const bool lead = rank == 0;
 
@@ -111,19 +114,24 @@ int Run(const BenchCommArgs& a) {
       Timing t;
       for (int rep = 0; rep < a.reps; ++rep) {
         double secs = 0;
-        // zinf
-        std::fill(buf.begin(), buf.end(), float(rank + 1));
-        Status s = timed([&] {
-          if (name == "all_reduce")
-            return c->AllReduce(buf.data(), DType::kF32, buf.data(), DType::kF32, n).Wait();
-          if (name == "reduce_scatter")
-            return c->ReduceScatter(buf.data(), DType::kF32, out.data(), DType::kF32, per).Wait();
-          return c->AllGather(buf.data() + size_t(rank) * per, out.data(), per, DType::kF32)
-              .Wait();
-        }, &secs);
-        if (!s.ok()) return Fail(s);
-        t.zinf.push_back(secs);
-        if (rep == 0) {
+        // zinf, then (--vs-handoff) zinf with every operation run on its own thread
+        for (const bool handoff : {false, true}) {
+          if (handoff && !a.vs_handoff) break;
+          p2p->set_waiter_runs(!handoff);
+          std::fill(buf.begin(), buf.end(), float(rank + 1));
+          Status s = timed([&] {
+            if (name == "all_reduce")
+              return c->AllReduce(buf.data(), DType::kF32, buf.data(), DType::kF32, n).Wait();
+            if (name == "reduce_scatter")
+              return c->ReduceScatter(buf.data(), DType::kF32, out.data(), DType::kF32, per)
+                  .Wait();
+            return c->AllGather(buf.data() + size_t(rank) * per, out.data(), per, DType::kF32)
+                .Wait();
+          }, &secs);
+          p2p->set_waiter_runs(true);
+          if (!s.ok()) return Fail(s);
+          (handoff ? t.handoff : t.zinf).push_back(secs);
+          if (rep > 0) continue;
           const float* got = name == "all_reduce" ? buf.data() : out.data();
           const size_t m = name == "reduce_scatter" ? per : n;
           for (size_t i = 0; i < m; ++i) {
@@ -137,7 +145,7 @@ int Run(const BenchCommArgs& a) {
         if (a.no_gloo) continue;
         // Gloo's own
         std::fill(buf.begin(), buf.end(), float(rank + 1));
-        s = timed([&] {
+        Status s = timed([&] {
           if (name == "all_reduce") return comm::GlooRaw::AllReduce(*raw, buf.data(), n);
           if (name == "reduce_scatter") return (*gloo_rs)();
           return comm::GlooRaw::AllGather(*raw, buf.data() + size_t(rank) * per, out.data(), per);
@@ -157,6 +165,14 @@ int Run(const BenchCommArgs& a) {
       rows.push_back({{"op", name}, {"bytes", uint64_t(bytes)}, {"zinf_seconds", zs},
                       {"gloo_seconds", gs}, {"zinf_bus_gbps", zbus}, {"gloo_bus_gbps", gbus},
                       {"zinf_over_gloo", zs / gs}, {"zinf_all", t.zinf}, {"gloo_all", t.gloo}});
+      if (a.vs_handoff) {
+        const double hs = Median(t.handoff);
+        rows.back()["handoff_seconds"] = hs;
+        rows.back()["handoff_all"] = t.handoff;
+        if (lead && !a.json)
+          fmt::print("{:<15}{:>10}{:>10.2f}  (every operation on the communicator's thread: "
+                     "zinf / this {:.3f})\n", "  handoff", "", hs * 1e3, zs / hs);
+      }
     }
   }
   if (lead && a.json) {
@@ -183,6 +199,9 @@ void RegisterBenchComm(CLI::App& app, int& exit_code) {
   cmd->add_option("--pipeline-depth", args->depth,
                   "the reductions' pieces in flight (CommOptions::pipeline_depth)")
       ->check(CLI::Range(2, 64));
+  cmd->add_flag("--vs-handoff", args->vs_handoff,
+                 "also time zinf with every operation on the communicator's thread, never the "
+                 "waiter's (CommOptions::waiter_runs off), alternating");
   cmd->add_flag("--no-gloo", args->no_gloo, "time zinf's collectives only");
   cmd->add_flag("--json", args->json, "print JSON instead of a table");
   cmd->callback([args, &exit_code] { exit_code = Run(*args); });

@@ -70,6 +70,7 @@ void Work::State::Finish(Status s) {
 
 Status Work::Wait() const {
   if (!state_) return FailedPrecondition("wait on an empty Work (no operation was issued)");
+  if (state_->runner != nullptr && !Done()) state_->runner->RunUpTo(state_.get());
   std::unique_lock<std::mutex> lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done; });
   return state_->status;

@@ -3,8 +3,11 @@
 // Contract. A Communicator joins `world` ranks (processes, or threads in tests); every rank
 // issues the same collectives in the same order, each with the same shape. Operations are
 // asynchronous: each call queues the operation and returns a Work to wait on; a communicator runs
-// its operations one at a time, in issue order, on its own thread. Buffers must stay valid, and
-// unwritten by the caller, until the Work is done.
+// its operations one at a time, in issue order, on its own thread — or on the waiter's: a Wait on
+// an operation still queued while none runs runs it there (with any queued before it), which
+// saves two thread hand-offs on a call that waits at once. Buffers must stay valid, and
+// unwritten by the caller, until the Work is done. The communicator outlives any Wait in
+// progress on its Works (its destructor finishes every operation issued).
 // - Reductions sum in RANK ORDER: the result is ((0 + x_0) + x_1) + ... + x_{world-1}, in the
 //   receive type's arithmetic (16-bit inputs widened exactly), whatever the transport and the
 //   algorithm. So every rank gets the same bits, run after run, and a sum over ranks of one
@@ -46,12 +49,14 @@ inline constexpr int kOpKinds = 5;
 const char* OpKindName(OpKind k);  // "all_gather", "reduce_scatter", ...
 
 // Bytes this rank put on the wire and took off it, by operation (the sequence checks and
-// agreement checks not counted), and the operations' wall time on the communicator's thread.
+// agreement checks not counted), and the operations' wall time on the thread that ran them.
 struct CommStats {
   std::array<uint64_t, kOpKinds> ops{};
   std::array<uint64_t, kOpKinds> bytes_sent{};
   std::array<uint64_t, kOpKinds> bytes_received{};
   std::array<double, kOpKinds> seconds{};
+  // Operations a waiter ran on its own thread (the rest ran on the communicator's).
+  uint64_t ran_by_waiter = 0;
   uint64_t total_sent() const;
   uint64_t total_received() const;
 };
@@ -86,6 +91,9 @@ struct CommOptions {
   // in flight (staging of depth * world * piece_bytes; at least 2).
   size_t piece_bytes = size_t{4} << 20;
   unsigned pipeline_depth = 4;
+  // A Wait on an operation still queued while none runs runs it on the waiter's thread (see
+  // above); off: always the communicator's thread (for comparing the two).
+  bool waiter_runs = true;
 };
 
 class Communicator {

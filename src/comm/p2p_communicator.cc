@@ -49,6 +49,7 @@ P2PCommunicator::P2PCommunicator(std::unique_ptr<Transport> t, const CommOptions
   rank_ = transport_->rank();
   world_ = transport_->world();
   if (options_.piece_bytes < 64) options_.piece_bytes = 64;
+  waiter_runs_ = options_.waiter_runs;
   worker_ = std::thread([this] { Run(); });
 }
 
@@ -63,6 +64,7 @@ P2PCommunicator::~P2PCommunicator() {
 
 Work P2PCommunicator::Issue(Op op) {
   op.state = std::make_shared<Work::State>();
+  if (waiter_runs_.load(std::memory_order_relaxed)) op.state->runner = this;
   Work w(op.state);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -139,36 +141,67 @@ CommStats P2PCommunicator::stats() const {
 void P2PCommunicator::Run() {
   for (;;) {
     Op op;
-    Status broken;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
       if (queue_.empty()) return;  // stopping, everything issued is done
       op = std::move(queue_.front());
       queue_.pop_front();
-      broken = broken_;
+      running_ = true;
     }
-    ++op_seq_;
-    if (!broken.ok()) {
-      op.state->Finish(Aborted(fmt::format(
-          "{} #{}: the communicator failed earlier: {}", OpKindName(op.kind), op_seq_,
-          broken.message())));
-      continue;
-    }
+    RunOne(op, false);
+  }
+}
+
+void P2PCommunicator::RunUpTo(const Work::State* target) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (running_) return;  // the worker (or another waiter) runs; the target's Finish wakes us
+    const auto it = std::find_if(queue_.begin(), queue_.end(),
+                                 [&](const Op& o) { return o.state.get() == target; });
+    if (it == queue_.end()) return;  // done already
+    const bool last = it == queue_.begin();
+    Op op = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    RunOne(op, true);
+    lock.lock();
+    if (last) return;
+  }
+}
+
+void P2PCommunicator::RunOne(Op& op, bool by_waiter) {
+  Status broken;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    broken = broken_;
+  }
+  ++op_seq_;
+  Status s;
+  double secs = 0;
+  if (!broken.ok()) {
+    s = Aborted(fmt::format("{} #{}: the communicator failed earlier: {}", OpKindName(op.kind),
+                            op_seq_, broken.message()));
+  } else {
     const auto t0 = std::chrono::steady_clock::now();
-    Status s = Execute(op);
+    s = Execute(op);
     if (!s.ok()) transport_->Cancel();  // nothing lands in the caller's buffers after this
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
+    secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken.ok()) {
       const auto k = static_cast<size_t>(op.kind);
       stats_.ops[k] += 1;
       stats_.seconds[k] += secs;
+      stats_.ran_by_waiter += by_waiter ? 1 : 0;
       if (!s.ok() && broken_.ok()) broken_ = s;
     }
-    op.state->Finish(std::move(s));
+    running_ = false;
   }
+  cv_.notify_all();  // the worker may run the next
+  op.state->Finish(std::move(s));
 }
 
 Status P2PCommunicator::Post(const OpKind* kind, uint64_t tag, std::span<const SendOp> sends,

@@ -15,9 +15,12 @@
 // Every exchange has its own tag (a counter, equal on every rank while they agree). With
 // check_sequence, each operation is preceded by an exchange of its description.
 //
-// Thread-safety: as communicator.h. One worker thread per communicator runs the operations.
+// Thread-safety: as communicator.h. One worker thread per communicator runs the operations, or a
+// waiter runs its own (WorkRunner): `running_` lets one thread at a time use the transport, in
+// issue order.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -28,10 +31,11 @@
 
 #include "src/comm/communicator.h"
 #include "src/comm/transport.h"
+#include "src/comm/work_state.h"
 
 namespace zinf::comm {
 
-class P2PCommunicator final : public Communicator {
+class P2PCommunicator final : public Communicator, private WorkRunner {
  public:
   static std::unique_ptr<Communicator> Create(std::unique_ptr<Transport> transport,
                                               const CommOptions& options);
@@ -49,6 +53,8 @@ class P2PCommunicator final : public Communicator {
   Work Broadcast(void* buf, size_t bytes, int root) override;
   Work Barrier() override;
   CommStats stats() const override;
+  // CommOptions::waiter_runs, changed for the operations issued after (bench-comm's A/B).
+  void set_waiter_runs(bool on) { waiter_runs_.store(on, std::memory_order_relaxed); }
 
  private:
   struct Op {
@@ -68,6 +74,9 @@ class P2PCommunicator final : public Communicator {
   P2PCommunicator(std::unique_ptr<Transport> t, const CommOptions& o);
   Work Issue(Op op);
   void Run();
+  void RunUpTo(const Work::State* target) override;
+  // Runs `op` (mu_ not held, running_ set by the caller): its stats and its Work's Finish.
+  void RunOne(Op& op, bool by_waiter);
   Status Execute(const Op& op);
   Status CheckSequence(const Op& op);
   // Posts one step, its bytes counted under `kind` (not when kind is null: the sequence check).
@@ -98,6 +107,8 @@ class P2PCommunicator final : public Communicator {
   std::condition_variable cv_;
   std::deque<Op> queue_;  // GUARDED_BY(mu_)
   bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::atomic<bool> waiter_runs_{true};
+  bool running_ = false;   // GUARDED_BY(mu_): a thread runs an operation (owns the transport)
   Status broken_;          // GUARDED_BY(mu_): the first failure
   CommStats stats_;        // GUARDED_BY(mu_)
   std::thread worker_;

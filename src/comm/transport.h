@@ -12,7 +12,8 @@
 // After a failure the caller calls Cancel (every step still posted is dropped: no transfer lands
 // in the caller's buffers after it returns) and does not use the transport again.
 //
-// Thread-safety: one thread uses a transport (the communicator's).
+// Thread-safety: one thread at a time uses a transport (the communicator hands it from its
+// thread to a waiter and back under its mutex, which orders the accesses).
 #pragma once
 
 #include <chrono>

@@ -3,6 +3,7 @@
 // failures (a dead rank, a silent one, a rank issuing something else).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -348,6 +349,63 @@ TEST(CommunicatorTest, ManyOperationsInFlight) {
   });
   for (int r = 0; r < w; ++r)
     for (int k = 0; k < n; ++k) EXPECT_EQ(buf[size_t(r)][size_t(k)], float(3 * k + 3));
+}
+
+// A Wait on an operation still queued runs it on the waiter's thread, with every operation queued
+// before it, in issue order: waits in a different order on each rank, from two threads, with the
+// sequence check on (an operation run out of order would fail it, or land in the wrong sum).
+TEST(CommunicatorTest, WaitersRunQueuedOperationsInIssueOrder) {
+  const int w = 3, n = 60;
+  CommOptions o;
+  o.check_sequence = true;
+  o.timeout = std::chrono::seconds(30);
+  LocalWorld lw(w, o);
+  std::vector<std::vector<double>> buf(size_t(w), std::vector<double>(size_t(n) * 3));
+  OnThreads(w, [&](int r) {
+    auto& c = *lw.comms[size_t(r)];
+    std::vector<Work> works;
+    for (int k = 0; k < n; ++k) {  // sizes 1..3 elements: a reordering changes the shapes
+      const size_t len = size_t(k % 3) + 1;
+      double* p = &buf[size_t(r)][size_t(k) * 3];
+      for (size_t i = 0; i < len; ++i) p[i] = double(k * 10 + r) + double(i);
+      works.push_back(c.AllReduce(p, DType::kF64, p, DType::kF64, len));
+    }
+    // Rank r waits from the back for r == 0, from the front for 1, every third first for 2;
+    // a second thread waits on the odd ones at the same time.
+    std::vector<size_t> order(static_cast<size_t>(n));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (r == 0) std::reverse(order.begin(), order.end());
+    if (r == 2)
+      std::stable_partition(order.begin(), order.end(), [](size_t i) { return i % 3 == 0; });
+    std::thread odd([&] {
+      for (size_t i = 1; i < size_t(n); i += 2) EXPECT_TRUE(works[i].Wait().ok());
+    });
+    for (size_t i : order) EXPECT_TRUE(works[i].Wait().ok());
+    odd.join();
+    const CommStats st = c.stats();
+    EXPECT_EQ(st.ops[size_t(OpKind::kAllReduce)], uint64_t(n));
+  });
+  for (int r = 0; r < w; ++r)
+    for (int k = 0; k < n; ++k)
+      for (size_t i = 0; i < size_t(k % 3) + 1; ++i)
+        EXPECT_EQ(buf[size_t(r)][size_t(k) * 3 + i], double(30 * k + 3) + 3 * double(i))
+            << "rank " << r << " op " << k;
+}
+
+// A call waited on at once mostly runs on the caller's thread (the communicator's thread wakes
+// later): no hand-off there and back. Counted, not timed.
+TEST(CommunicatorTest, AnOperationWaitedOnAtOnceRunsOnTheWaiter) {
+  const int n = 200;
+  LocalWorld lw(2);
+  OnThreads(2, [&](int r) {
+    for (int k = 0; k < n; ++k) ASSERT_TRUE(lw.comms[size_t(r)]->Barrier().Wait().ok());
+  });
+  for (int r = 0; r < 2; ++r) {
+    const CommStats st = lw.comms[size_t(r)]->stats();
+    EXPECT_EQ(st.ops[size_t(OpKind::kBarrier)], uint64_t(n));
+    EXPECT_GT(st.ran_by_waiter, 0u) << "rank " << r;
+    EXPECT_LE(st.ran_by_waiter, uint64_t(n));
+  }
 }
 
 }  // namespace
