@@ -65,8 +65,8 @@
  * - zinf_engine_stats: bytes per link, busy and stall seconds, prefetch hits, evictions, peak
  *   bytes per tier, as one JSON object.
  *
- * Thread-safety: zinf_version, zinf_strerror, zinf_last_error, zinf_pinned_* and zinf_adam_step
- * on distinct zinf_adam handles may be called from any thread. One zinf_io handle is used by one
+ * Thread-safety: zinf_version, zinf_strerror, zinf_last_error, zinf_pinned_*, zinf_adam_step
+ * and zinf_adam_step_many on distinct zinf_adam handles may be called from any thread. One zinf_io handle is used by one
  * thread at a time (the caller serializes); distinct handles are independent. A zinf_adam
  * handle may step from several threads at once (it holds no per-step state). Every zinf_engine
  * call may come from any thread; one lease is used by one thread at a time (a wait and a
@@ -177,6 +177,27 @@ ZINF_API int zinf_adam_destroy(zinf_adam* adam);
 ZINF_API int zinf_adam_step(zinf_adam* adam, int64_t step, float lr, float* param,
                             const void* grad, int grad_dtype, float* exp_avg, float* exp_avg_sq,
                             uint64_t n, void* param16_out, int param16_dtype);
+
+/* Many tensors in one step (a framework's parameter group: weights, biases, norms): one
+   dispatch over all their elements, so a few threads share many small tensors, each tensor bit
+   for bit what zinf_adam_step gives it. Each carries its own step; lr (< 0: params.lr) is the
+   group's. Fields as zinf_adam_step's arguments; size = sizeof(zinf_adam_tensor), the same in
+   every element (the array's stride). An error names the tensor's index and steps none. */
+typedef struct zinf_adam_tensor {
+  uint64_t size;            /* sizeof(zinf_adam_tensor) */
+  int64_t step;             /* 1-based */
+  float* param;
+  const void* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  void* param16_out;        /* NULL: no 16-bit copy */
+  uint64_t n;
+  int32_t grad_dtype;       /* ZINF_DTYPE_F32, _BF16 or _F16 */
+  int32_t param16_dtype;    /* ZINF_DTYPE_BF16 or _F16, when param16_out is set */
+} zinf_adam_tensor;
+
+ZINF_API int zinf_adam_step_many(zinf_adam* adam, float lr, const zinf_adam_tensor* tensors,
+                                 uint64_t count);
 
 /* ---- the engine: registered tensors paged between device, pinned memory and NVMe ---------- */
 typedef struct zinf_engine zinf_engine;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/dispatch.h"
 
@@ -93,6 +94,31 @@ size_t ChunkFor(size_t n, int threads, size_t chunk) {
   return std::min(per, chunk);
 }
 
+// The kernel's view of a tensor's types, and of its elements [lo, hi).
+internal::AdamLayout LayoutOf(const AdamBuffers& b, const AdamOptions& o) {
+  internal::AdamLayout layout;
+  layout.grad_type = b.grad_type;
+  layout.state_type = b.state_type;
+  layout.stochastic_state = b.stochastic_state && b.state_type == DType::kBf16;
+  layout.has_param16 = b.param16_out != nullptr;
+  layout.param16_type = b.param16_type;
+  layout.stream_param16 = o.stream_param16;
+  return layout;
+}
+
+internal::AdamChunk ChunkOf(const AdamBuffers& b, size_t lo, size_t hi) {
+  internal::AdamChunk chunk;
+  chunk.param = b.param + lo;
+  chunk.grad = ElementAt(b.grad, b.grad_type, lo);
+  chunk.exp_avg = ElementAt(b.exp_avg, b.state_type, lo);
+  chunk.exp_avg_sq = ElementAt(b.exp_avg_sq, b.state_type, lo);
+  chunk.param16 = b.param16_out != nullptr ? ElementAt(b.param16_out, b.param16_type, lo)
+                                           : nullptr;
+  chunk.n = hi - lo;
+  chunk.first = b.state_index_base + lo;
+  return chunk;
+}
+
 }  // namespace
 
 uint64_t StateRoundingSeed(uint64_t run_seed, int64_t step, uint64_t tensor) {
@@ -122,24 +148,63 @@ Result<AdamStepInfo> AdamStep(const AdamHyper& hyper, const AdamBuffers& b,
     return info;
   }
   const internal::AdamCoeffs coeffs = MakeCoeffs(hyper, b.state_seed);
-  internal::AdamLayout layout;
-  layout.grad_type = b.grad_type;
-  layout.state_type = b.state_type;
-  layout.stochastic_state = b.stochastic_state && b.state_type == DType::kBf16;
-  layout.has_param16 = b.param16_out != nullptr;
-  layout.param16_type = b.param16_type;
-  layout.stream_param16 = options.stream_param16;
+  const internal::AdamLayout layout = LayoutOf(b, options);
   const internal::VariantKernels& k = *d.kernels;
   ParallelForChunks(b.n, d.parallel, [&](size_t begin, size_t end) {
-    internal::AdamChunk chunk;
-    chunk.param = b.param + begin;
-    chunk.grad = ElementAt(b.grad, b.grad_type, begin);
-    chunk.exp_avg = ElementAt(b.exp_avg, b.state_type, begin);
-    chunk.exp_avg_sq = ElementAt(b.exp_avg_sq, b.state_type, begin);
-    chunk.param16 = layout.has_param16 ? ElementAt(b.param16_out, b.param16_type, begin) : nullptr;
-    chunk.n = end - begin;
-    chunk.first = b.state_index_base + begin;
-    k.adam(coeffs, layout, chunk);
+    k.adam(coeffs, layout, ChunkOf(b, begin, end));
+  });
+  return info;
+}
+
+Result<AdamStepInfo> AdamStepMany(std::span<const AdamHyper> hypers,
+                                  std::span<const AdamBuffers> buffers,
+                                  const AdamOptions& options) {
+  if (hypers.size() != buffers.size()) {
+    return InvalidArgument(fmt::format("AdamStepMany: {} hyper-parameter sets for {} tensors",
+                                       hypers.size(), buffers.size()));
+  }
+  // Each tensor's first element in the one range, on a 64-element boundary.
+  std::vector<size_t> start(buffers.size() + 1, 0);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (Status s = Validate(hypers[i], buffers[i]); !s.ok())
+      return Status(s.code(), fmt::format("tensor {}: {}", i, s.message()));
+    start[i + 1] = start[i] + (buffers[i].n + 63) / 64 * 64;
+  }
+  const size_t total = start.back();
+  ZINF_ASSIGN_OR_RETURN(
+      internal::Dispatch d,
+      internal::ResolveDispatch(options.variant, options.threads, options.chunk_elems));
+  d.parallel.observer = options.observer;
+  d.parallel.chunk_elems = ChunkFor(total, d.parallel.threads, d.parallel.chunk_elems);
+  AdamStepInfo info;
+  info.variant = d.variant;
+  info.threads = d.parallel.threads;
+  if (total == 0) return info;
+  if (options.check_finite) {
+    for (const AdamBuffers& b : buffers) {
+      if (b.n > 0 && !internal::ParallelAllFinite(d, b.grad, b.grad_type, b.n)) {
+        info.found_nonfinite = true;
+        return info;
+      }
+    }
+  }
+  std::vector<internal::AdamCoeffs> coeffs(buffers.size());
+  std::vector<internal::AdamLayout> layouts(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    coeffs[i] = MakeCoeffs(hypers[i], buffers[i].state_seed);
+    layouts[i] = LayoutOf(buffers[i], options);
+  }
+  const internal::VariantKernels& k = *d.kernels;
+  ParallelForChunks(total, d.parallel, [&](size_t begin, size_t end) {
+    // The last tensor starting at or before `begin`, then every one starting before `end`.
+    size_t i = size_t(std::upper_bound(start.begin(), start.end() - 1, begin) - start.begin()) - 1;
+    for (; i < buffers.size() && start[i] < end; ++i) {
+      const AdamBuffers& b = buffers[i];
+      const size_t lo = std::max(begin, start[i]) - start[i];
+      const size_t hi = std::min(end - start[i], b.n);
+      if (lo >= hi) continue;  // the padding after tensor i
+      k.adam(coeffs[i], layouts[i], ChunkOf(b, lo, hi));
+    }
   });
   return info;
 }

@@ -54,6 +54,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/kernel_options.h"
@@ -121,6 +122,19 @@ struct AdamStepInfo {
 // Nothing is modified when an error is returned.
 Result<AdamStepInfo> AdamStep(const AdamHyper& hyper, const AdamBuffers& buffers,
                               const AdamOptions& options = {});
+
+// Many tensors in one call (a framework's parameter group: weights, biases, norms): tensor i
+// stepped with hypers[i] (each its own step, lr, decay...), every result bit for bit what
+// AdamStep gives it alone in the same variant. The tensors' elements are cut into chunks as one
+// range (each tensor starting on a 64-element boundary of it, so chunk boundaries keep the
+// buffers' alignment), so a few threads share many small tensors in one dispatch instead of
+// one dispatch each. With check_finite, a non-finite gradient in any tensor leaves every tensor
+// untouched (found_nonfinite). Errors as AdamStep's, naming the tensor's index; nothing is
+// modified when one is returned. REQUIRES hypers.size() == buffers.size(); no two tensors'
+// buffers overlap.
+Result<AdamStepInfo> AdamStepMany(std::span<const AdamHyper> hypers,
+                                  std::span<const AdamBuffers> buffers,
+                                  const AdamOptions& options = {});
 
 // Bytes one step moves per element (read + written), e.g. 28 for fp32 everything, 26 with bf16
 // gradients, 30 with an fp32 step plus a 16-bit copy.

@@ -63,6 +63,13 @@ class AdamParams(_c.Structure):
                 ("threads", _c.c_uint32)]
 
 
+class AdamTensor(_c.Structure):
+    _fields_ = [("size", _c.c_uint64), ("step", _c.c_int64), ("param", _c.c_void_p),
+                ("grad", _c.c_void_p), ("exp_avg", _c.c_void_p), ("exp_avg_sq", _c.c_void_p),
+                ("param16_out", _c.c_void_p), ("n", _c.c_uint64), ("grad_dtype", _c.c_int32),
+                ("param16_dtype", _c.c_int32)]
+
+
 lib.zinf_io_open.argtypes = [_c.POINTER(IoParams), _c.POINTER(_c.c_void_p)]
 lib.zinf_io_close.argtypes = [_c.c_void_p]
 for _name in ("zinf_io_pread", "zinf_io_pwrite", "zinf_io_sync_pread", "zinf_io_sync_pwrite"):
@@ -76,6 +83,7 @@ lib.zinf_adam_destroy.argtypes = [_c.c_void_p]
 lib.zinf_adam_step.argtypes = [_c.c_void_p, _c.c_int64, _c.c_float, _c.c_void_p, _c.c_void_p,
                                _c.c_int, _c.c_void_p, _c.c_void_p, _c.c_uint64, _c.c_void_p,
                                _c.c_int]
+lib.zinf_adam_step_many.argtypes = [_c.c_void_p, _c.c_float, _c.POINTER(AdamTensor), _c.c_uint64]
 
 ROLES = 5
 TIER_DEVICE, TIER_HOST, TIER_NVME = 0, 1, 2

@@ -1,5 +1,6 @@
 """zinf.optim.CPUAdam: DeepSpeedCPUAdam's constructor and step over zinf's SIMD CPU Adam (one
-call per parameter, fused over memory; the GIL is released during it).
+call per parameter group, zinf_adam_step_many: every tensor of the group in one dispatch over
+zinf's threads, fused over memory; the GIL is released during it).
 
 Parameters are fp32 CPU tensors; gradients fp32, bf16 or fp16; the moments fp32
 (fp32_optimizer_states=False and amsgrad are refused, as DeepSpeed refuses amsgrad).
@@ -55,6 +56,7 @@ class CPUAdam(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             h = self._handle(group)
+            batch = []
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -72,9 +74,21 @@ class CPUAdam(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
                     state["exp_avg_sq"] = torch.zeros_like(p,
                                                            memory_format=torch.contiguous_format)
+                batch.append((p, g, state))
+            if not batch:
+                continue
+            tensors = (_lib.AdamTensor * len(batch))()
+            for t, (p, g, state) in zip(tensors, batch):
+                t.size = ctypes.sizeof(_lib.AdamTensor)
+                t.step = state["step"] + 1
+                t.param = p.data_ptr()
+                t.grad = g.data_ptr()
+                t.exp_avg = state["exp_avg"].data_ptr()
+                t.exp_avg_sq = state["exp_avg_sq"].data_ptr()
+                t.n = p.numel()
+                t.grad_dtype = _GRAD_DTYPES[g.dtype]
+            # `batch` keeps the contiguous gradient copies alive through the call.
+            _lib.check(_lib.lib.zinf_adam_step_many(h, float(group["lr"]), tensors, len(batch)))
+            for _, _, state in batch:
                 state["step"] += 1
-                _lib.check(_lib.lib.zinf_adam_step(
-                    h, state["step"], float(group["lr"]), p.data_ptr(), g.data_ptr(),
-                    _GRAD_DTYPES[g.dtype], state["exp_avg"].data_ptr(),
-                    state["exp_avg_sq"].data_ptr(), p.numel(), None, 0))
         return loss

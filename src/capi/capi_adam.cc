@@ -1,6 +1,9 @@
 // The C ABI's CPU Adam (include/zinf/zinf.h) over kernels/cpu/adam.h.
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "kernels/cpu/adam.h"
 #include "src/capi/capi_adam.h"
 #include "src/capi/capi_status.h"
@@ -9,7 +12,8 @@
 namespace zinf::capi {
 namespace {
 
-Result<kernels::DType> DTypeOf(int dtype, const char* what, bool f32_allowed) {
+Result<kernels::DType> DTypeOf(int dtype, const char* what, bool f32_allowed,
+                               const char* call = "zinf_adam_step") {
   switch (dtype) {
     case ZINF_DTYPE_F32:
       if (f32_allowed) return kernels::DType::kF32;
@@ -18,7 +22,7 @@ Result<kernels::DType> DTypeOf(int dtype, const char* what, bool f32_allowed) {
     case ZINF_DTYPE_F16: return kernels::DType::kF16;
     default: break;
   }
-  return InvalidArgument(fmt::format("zinf_adam_step: {} {}; expected {}", what, dtype,
+  return InvalidArgument(fmt::format("{}: {} {}; expected {}", call, what, dtype,
                                      f32_allowed ? "ZINF_DTYPE_F32, _BF16 or _F16"
                                                  : "ZINF_DTYPE_BF16 or ZINF_DTYPE_F16"));
 }
@@ -85,6 +89,62 @@ Status Step(zinf_adam* a, int64_t step, float lr, float* param, const void* grad
   return kernels::AdamStep(h, b, a->options).status();
 }
 
+Status StepMany(zinf_adam* a, float lr, const zinf_adam_tensor* tensors, uint64_t count) {
+  constexpr const char* kCall = "zinf_adam_step_many";
+  if (a == nullptr) return InvalidArgument("zinf_adam_step_many: adam is NULL");
+  if (count == 0) return Status::Ok();
+  if (tensors == nullptr)
+    return InvalidArgument(fmt::format("zinf_adam_step_many: tensors is NULL with count {}",
+                                       count));
+  // The array's stride is its first element's size: a caller built against a later header,
+  // whose struct has grown, passes elements of that size.
+  ZINF_RETURN_IF_ERROR(CheckSized(tensors, tensors->size, sizeof(zinf_adam_tensor),
+                                  "zinf_adam_step_many: tensors[0]"));
+  const uint64_t stride = tensors->size;
+  std::vector<kernels::AdamHyper> hypers(count, a->hyper);
+  std::vector<kernels::AdamBuffers> bufs(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const auto& t = *reinterpret_cast<const zinf_adam_tensor*>(
+        reinterpret_cast<const char*>(tensors) + i * stride);
+    const std::string what = fmt::format("tensors[{}]", i);
+    if (t.size != stride) {
+      return InvalidArgument(fmt::format("{}: {}.size is {}, tensors[0].size {}; every element "
+                                         "of the array has the same size", kCall, what, t.size,
+                                         stride));
+    }
+    if (t.step < 1) {
+      return InvalidArgument(
+          fmt::format("{}: {}.step is {}; expected >= 1 (1-based)", kCall, what, t.step));
+    }
+    if (t.n > 0 && (t.param == nullptr || t.grad == nullptr || t.exp_avg == nullptr ||
+                    t.exp_avg_sq == nullptr)) {
+      return InvalidArgument(fmt::format(
+          "{}: {}.{} is NULL with n = {}", kCall, what,
+          t.param == nullptr ? "param" : t.grad == nullptr ? "grad"
+                                       : t.exp_avg == nullptr ? "exp_avg" : "exp_avg_sq",
+          t.n));
+    }
+    hypers[i].step = t.step;
+    if (lr >= 0) hypers[i].lr = lr;
+    kernels::AdamBuffers& b = bufs[i];
+    b.param = t.param;
+    b.grad = t.grad;
+    ZINF_ASSIGN_OR_RETURN(b.grad_type,
+                          DTypeOf(t.grad_dtype, (what + ".grad_dtype").c_str(), true, kCall));
+    b.exp_avg = t.exp_avg;
+    b.exp_avg_sq = t.exp_avg_sq;
+    b.state_type = kernels::DType::kF32;
+    b.param16_out = t.param16_out;
+    if (t.param16_out != nullptr) {
+      ZINF_ASSIGN_OR_RETURN(b.param16_type, DTypeOf(t.param16_dtype,
+                                                    (what + ".param16_dtype").c_str(), false,
+                                                    kCall));
+    }
+    b.n = t.n;
+  }
+  return kernels::AdamStepMany(hypers, bufs, a->options).status();
+}
+
 }  // namespace zinf::capi
 
 extern "C" {
@@ -105,6 +165,13 @@ ZINF_API int zinf_adam_step(zinf_adam* adam, int64_t step, float lr, float* para
   return zinf::capi::Guard("zinf_adam_step", [&] {
     return zinf::capi::Step(adam, step, lr, param, grad, grad_dtype, exp_avg, exp_avg_sq, n,
                             param16_out, param16_dtype);
+  });
+}
+
+ZINF_API int zinf_adam_step_many(zinf_adam* adam, float lr, const zinf_adam_tensor* tensors,
+                                 uint64_t count) {
+  return zinf::capi::Guard("zinf_adam_step_many", [&] {
+    return zinf::capi::StepMany(adam, lr, tensors, count);
   });
 }
 

@@ -214,4 +214,87 @@ TEST(CapiTest, AdamErrorsNameTheField) {
   EXPECT_EQ(zinf_adam_destroy(nullptr), ZINF_OK);
 }
 
+// Many tensors in one call equal each stepped alone through zinf_adam_step, bit for bit; a
+// larger element size (a later header's struct) is the array's stride; errors name the index.
+TEST(CapiTest, AdamStepManyEqualsOneCallPerTensor) {
+  zinf_adam_params ap = ZINF_ADAM_PARAMS_INIT;
+  ap.weight_decay = 0.01f;
+  ap.threads = 2;
+  zinf_adam* adam = nullptr;
+  ASSERT_EQ(zinf_adam_create(&ap, &adam), ZINF_OK) << Last();
+  const uint64_t sizes[] = {5, 0, 4096, 33, 70000};
+  struct Bufs {
+    std::vector<float> p, g, m, v;
+    std::vector<uint16_t> p16;
+  };
+  auto make = [&] {
+    std::vector<Bufs> out;
+    uint32_t x = 12345;
+    auto next = [&] { x = x * 1664525u + 1013904223u; return float(x >> 8) / 16777216.0f - 0.5f; };
+    for (uint64_t n : sizes) {
+      Bufs b{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n),
+             std::vector<float>(n), std::vector<uint16_t>(n)};
+      for (uint64_t i = 0; i < n; ++i) {
+        b.p[i] = next();
+        b.g[i] = next();
+        b.m[i] = next() * 0.1f;
+        b.v[i] = std::fabs(next()) * 0.01f;
+      }
+      out.push_back(std::move(b));
+    }
+    return out;
+  };
+  std::vector<Bufs> alone = make(), many = make();
+  for (size_t i = 0; i < alone.size(); ++i) {
+    Bufs& b = alone[i];
+    ASSERT_EQ(zinf_adam_step(adam, int64_t(3 + i), 2e-3f, b.p.data(), b.g.data(), ZINF_DTYPE_F32,
+                             b.m.data(), b.v.data(), sizes[i], i % 2 ? nullptr : b.p16.data(),
+                             ZINF_DTYPE_BF16),
+              ZINF_OK) << Last();
+  }
+  // Elements of a grown struct: zinf_adam_tensor followed by 8 bytes a later version might add.
+  struct Grown {
+    zinf_adam_tensor t;
+    uint64_t later;
+  };
+  std::vector<Grown> ts(many.size());
+  for (size_t i = 0; i < many.size(); ++i) {
+    Bufs& b = many[i];
+    ts[i].t = {sizeof(Grown), int64_t(3 + i), b.p.data(), b.g.data(), b.m.data(), b.v.data(),
+               i % 2 ? nullptr : b.p16.data(), sizes[i], ZINF_DTYPE_F32, ZINF_DTYPE_BF16};
+  }
+  ASSERT_EQ(zinf_adam_step_many(adam, 2e-3f, &ts[0].t, ts.size()), ZINF_OK) << Last();
+  for (size_t i = 0; i < many.size(); ++i) {
+    EXPECT_EQ(many[i].p, alone[i].p) << "tensor " << i;
+    EXPECT_EQ(many[i].m, alone[i].m) << "tensor " << i;
+    EXPECT_EQ(many[i].v, alone[i].v) << "tensor " << i;
+    EXPECT_EQ(many[i].p16, alone[i].p16) << "tensor " << i;
+  }
+  // Errors: each names the element and nothing is stepped.
+  const std::vector<float> p_before = many[2].p;
+  ts[3].t.exp_avg = nullptr;
+  EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
+  EXPECT_NE(Last().find("tensors[3].exp_avg is NULL"), std::string::npos) << Last();
+  ts[3].t.exp_avg = many[3].m.data();
+  ts[4].t.grad_dtype = 7;
+  EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
+  EXPECT_NE(Last().find("tensors[4].grad_dtype 7"), std::string::npos) << Last();
+  ts[4].t.grad_dtype = ZINF_DTYPE_F32;
+  ts[1].t.step = 0;
+  EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
+  EXPECT_NE(Last().find("tensors[1].step is 0"), std::string::npos) << Last();
+  ts[1].t.step = 1;
+  ts[2].t.size = sizeof(zinf_adam_tensor);
+  EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
+  EXPECT_NE(Last().find("tensors[2].size"), std::string::npos) << Last();
+  EXPECT_EQ(many[2].p, p_before);
+  ts[0].t.size = 8;
+  EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
+  EXPECT_EQ(zinf_adam_step_many(adam, -1, nullptr, 2), ZINF_E_INVALID_ARGUMENT);
+  EXPECT_NE(Last().find("tensors is NULL"), std::string::npos) << Last();
+  EXPECT_EQ(zinf_adam_step_many(nullptr, -1, &ts[0].t, 1), ZINF_E_INVALID_ARGUMENT);
+  EXPECT_EQ(zinf_adam_step_many(adam, -1, nullptr, 0), ZINF_OK);
+  EXPECT_EQ(zinf_adam_destroy(adam), ZINF_OK);
+}
+
 }  // namespace

@@ -109,6 +109,47 @@ class CPUAdamTest(unittest.TestCase):
         self.assertLess(self.run_pair(adamw=True), 1e-5)
         self.assertLess(self.run_pair(adamw=False), 1e-5)
 
+    def test_group_in_one_call_equals_one_call_per_tensor(self):
+        # CPUAdam steps each group with one zinf_adam_step_many call: bit for bit zinf_adam_step
+        # once per tensor, with each tensor's own step count (one skips steps: grad None), two
+        # groups with their own lr.
+        import ctypes
+        from zinf import _lib
+        from zinf.optim import CPUAdam
+        torch.manual_seed(1)
+        shapes = [(300, 17), (5,), (4096,), (1,), (2, 3, 70)]
+        a = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+        ref = [t.detach().clone() for t in a]
+        opt = CPUAdam([{"params": a[:3]}, {"params": a[3:], "lr": 3e-3}], lr=1e-2,
+                      weight_decay=0.01)
+        params = _lib.AdamParams(ctypes.sizeof(_lib.AdamParams), 1e-2, 0.9, 0.999, 1e-8, 0.01,
+                                 1, 1, 0)
+        h = ctypes.c_void_p()
+        _lib.check(_lib.lib.zinf_adam_create(ctypes.byref(params), ctypes.byref(h)))
+        m = [torch.zeros(s) for s in shapes]
+        v = [torch.zeros(s) for s in shapes]
+        steps = [0] * len(shapes)
+        for step in range(12):
+            for i, x in enumerate(a):
+                if i == 1 and step % 3 == 0:
+                    x.grad = None
+                    continue
+                g = torch.cos(torch.arange(x.numel(), dtype=torch.float32) * 0.11 + step)
+                g = g.reshape(x.shape)
+                x.grad = g
+                gc = x.grad.contiguous()
+                steps[i] += 1
+                _lib.check(_lib.lib.zinf_adam_step(
+                    h, steps[i], 1e-2 if i < 3 else 3e-3, ref[i].data_ptr(), gc.data_ptr(),
+                    _lib.DTYPE_F32, m[i].data_ptr(),
+                    v[i].data_ptr(), x.numel(), None, 0))
+            opt.step()
+        _lib.lib.zinf_adam_destroy(h)
+        for i, x in enumerate(a):
+            self.assertTrue(torch.equal(x.detach(), ref[i]), f"tensor {i}")
+            self.assertEqual(opt.state[x]["step"], steps[i])
+            self.assertTrue(torch.equal(opt.state[x]["exp_avg_sq"], v[i]), f"tensor {i}")
+
     def test_refusals(self):
         from zinf.optim import CPUAdam
         p = [torch.nn.Parameter(torch.zeros(4))]
