@@ -2,6 +2,8 @@
 call per parameter group, zinf_adam_step_many: every tensor of the group in one dispatch over
 zinf's threads, fused over memory; the GIL is released during it).
 
+A group's tensors are stepped at once, so no two parameters may share memory (PyTorch's tied
+weights are one Parameter and appear once, which is fine).
 Parameters are fp32 CPU tensors; gradients fp32, bf16 or fp16; the moments fp32
 (fp32_optimizer_states=False and amsgrad are refused, as DeepSpeed refuses amsgrad).
 """

@@ -101,6 +101,11 @@ Status StepMany(zinf_adam* a, float lr, const zinf_adam_tensor* tensors, uint64_
   ZINF_RETURN_IF_ERROR(CheckSized(tensors, tensors->size, sizeof(zinf_adam_tensor),
                                   "zinf_adam_step_many: tensors[0]"));
   const uint64_t stride = tensors->size;
+  if (stride % alignof(zinf_adam_tensor) != 0) {
+    return InvalidArgument(fmt::format("{}: tensors[0].size is {}; expected a multiple of {} (the "
+                                       "array's stride)", kCall, stride,
+                                       alignof(zinf_adam_tensor)));
+  }
   std::vector<kernels::AdamHyper> hypers(count, a->hyper);
   std::vector<kernels::AdamBuffers> bufs(count);
   for (uint64_t i = 0; i < count; ++i) {
@@ -112,6 +117,7 @@ Status StepMany(zinf_adam* a, float lr, const zinf_adam_tensor* tensors, uint64_
                                          "of the array has the same size", kCall, what, t.size,
                                          stride));
     }
+    if (t.n == 0) continue;  // as zinf_adam_step: an empty tensor is not looked at
     if (t.step < 1) {
       return InvalidArgument(
           fmt::format("{}: {}.step is {}; expected >= 1 (1-based)", kCall, what, t.step));

@@ -6,8 +6,9 @@
 // its operations one at a time, in issue order, on its own thread — or on the waiter's: a Wait on
 // an operation still queued while none runs runs it there (with any queued before it), which
 // saves two thread hand-offs on a call that waits at once. Buffers must stay valid, and
-// unwritten by the caller, until the Work is done. The communicator outlives any Wait in
-// progress on its Works (its destructor finishes every operation issued).
+// unwritten by the caller, until the Work is done. The destructor finishes every operation
+// issued; no Wait on a Work that is not done may be in progress or start while it runs (the
+// waiter may be running operations on the communicator).
 // - Reductions sum in RANK ORDER: the result is ((0 + x_0) + x_1) + ... + x_{world-1}, in the
 //   receive type's arithmetic (16-bit inputs widened exactly), whatever the transport and the
 //   algorithm. So every rank gets the same bits, run after run, and a sum over ranks of one

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 
 #include <fmt/format.h>
 
@@ -166,8 +167,8 @@ void P2PCommunicator::RunUpTo(const Work::State* target) {
     running_ = true;
     lock.unlock();
     RunOne(op, true);
+    if (last) return;  // touches nothing of the communicator after its target's Finish
     lock.lock();
-    if (last) return;
   }
 }
 
@@ -185,7 +186,13 @@ void P2PCommunicator::RunOne(Op& op, bool by_waiter) {
                             op_seq_, broken.message()));
   } else {
     const auto t0 = std::chrono::steady_clock::now();
-    s = Execute(op);
+    // On a waiter's thread an exception must not unwind past running_ (every later operation
+    // would wait for it): it fails the operation instead, as any failure does.
+    try {
+      s = Execute(op);
+    } catch (const std::exception& e) {
+      s = Internal(fmt::format("{} #{}: {}", OpKindName(op.kind), op_seq_, e.what()));
+    }
     if (!s.ok()) transport_->Cancel();  // nothing lands in the caller's buffers after this
     secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

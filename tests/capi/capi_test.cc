@@ -280,14 +280,20 @@ TEST(CapiTest, AdamStepManyEqualsOneCallPerTensor) {
   EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
   EXPECT_NE(Last().find("tensors[4].grad_dtype 7"), std::string::npos) << Last();
   ts[4].t.grad_dtype = ZINF_DTYPE_F32;
-  ts[1].t.step = 0;
+  ts[1].t.step = 0;  // n = 0: not looked at, as zinf_adam_step does not look
+  ts[1].t.grad_dtype = 99;
+  ts[3].t.step = 0;
   EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
-  EXPECT_NE(Last().find("tensors[1].step is 0"), std::string::npos) << Last();
-  ts[1].t.step = 1;
+  EXPECT_NE(Last().find("tensors[3].step is 0"), std::string::npos) << Last();
+  ts[3].t.step = 1;
   ts[2].t.size = sizeof(zinf_adam_tensor);
   EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
   EXPECT_NE(Last().find("tensors[2].size"), std::string::npos) << Last();
   EXPECT_EQ(many[2].p, p_before);
+  ts[2].t.size = sizeof(Grown);
+  ts[0].t.size = sizeof(Grown) + 4;  // a stride that would misalign the next elements
+  EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
+  EXPECT_NE(Last().find("expected a multiple of 8"), std::string::npos) << Last();
   ts[0].t.size = 8;
   EXPECT_EQ(zinf_adam_step_many(adam, -1, &ts[0].t, ts.size()), ZINF_E_INVALID_ARGUMENT);
   EXPECT_EQ(zinf_adam_step_many(adam, -1, nullptr, 2), ZINF_E_INVALID_ARGUMENT);
