@@ -144,7 +144,7 @@ void P2PCommunicator::Run() {
     Op op;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
+      cv_.wait(lock, [&] { return !running_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;  // stopping, everything issued is done
       op = std::move(queue_.front());
       queue_.pop_front();
