@@ -7,8 +7,11 @@
 // - reduce-scatter: in pieces of CommOptions::piece_bytes of input per peer: each rank sends
 //   peer p the piece of p's chunk and receives every peer's piece of its own chunk, then sums the
 //   world pieces in rank order (reduce.h) — (world-1)/world of the input on the wire per rank.
-//   Pipelined: the next pipeline_depth-1 pieces' transfers run while the current piece is
-//   summed (pipeline_depth staging slots);
+//   Pipelined: later pieces' transfers run while the current piece is summed. One peer's
+//   pieces land straight in the output (at the back of each piece's place, read before the sum
+//   stores there) unless the output overlaps the input; the others' go through pipeline_depth
+//   staging slots, pipeline_depth-1 pieces ahead. With two ranks and the output apart from the
+//   input there is no staging, and every piece's receive is posted at the start;
 // - all-reduce: the same over `world` near-equal regions of the vector, each summed piece sent
 //   to every rank as soon as it is summed (the all-gather half, pipelined with the reduction);
 // - broadcast: the root sends to every rank; barrier: a one-byte message to every rank.

@@ -86,8 +86,10 @@ void Accumulate(DType src_type, const void* src, DType dst_type, void* dst, size
 void SumInOrder(DType src_type, const void* const* srcs, size_t count, DType dst_type, void* dst,
                 size_t n) {
   const size_t in_b = DTypeBytes(src_type), out_b = DTypeBytes(dst_type);
-  // Each block of dst is summed in a buffer that stays in L1 and then stored: dst may alias any
-  // source (an in-place reduction reads its own values before they are overwritten).
+  // Each block of dst is summed in a buffer that stays in L1 and then stored, in ascending order:
+  // a source that starts (out_b - in_b) * n bytes or more into dst is read before any store
+  // reaches it (block [a, a+m) stores up to dst + (a+m) * out_b, and that source's unread bytes
+  // start at dst + (n - a - m) * (out_b - in_b) + (a+m) * out_b or later).
   constexpr size_t kBlock = 1024;  // elements
   alignas(64) uint8_t block[kBlock * 8];
   for (size_t at = 0; at < n; at += kBlock) {

@@ -119,6 +119,46 @@ TEST_P(CollectivesTest, ReduceScatterIsRankOrderedSum) {
   }
 }
 
+// The output right after or right before the input in one allocation (so the first peer's
+// pieces land in it directly, at the back of each fp32 piece's place), bf16 into fp32, in
+// pieces longer than the sum's 1024-element blocks: the sums are the rank-ordered ones bit for
+// bit, and the input is left as it was.
+TEST_P(CollectivesTest, ReduceScatterIntoAnOutputNextToItsInput) {
+  const int w = GetParam();
+  const size_t count = 6001;
+  const size_t total = count * static_cast<size_t>(w);
+  for (bool out_first : {false, true}) {
+    CommOptions o;
+    o.piece_bytes = 5000;  // 2500 bf16 values a piece: 3 pieces, 3 blocks each
+    LocalWorld lw(w, o);
+    // bf16 input (2 * total bytes) and fp32 output (4 * count bytes) in one buffer of floats.
+    std::vector<std::vector<float>> mem(static_cast<size_t>(w),
+                                        std::vector<float>((total + 1) / 2 + count));
+    auto in_of = [&](int r) {
+      auto* base = reinterpret_cast<uint16_t*>(mem[size_t(r)].data());
+      return out_first ? base + 2 * count : base;
+    };
+    auto out_of = [&](int r) {
+      return out_first ? mem[size_t(r)].data() : mem[size_t(r)].data() + (total + 1) / 2;
+    };
+    for (int r = 0; r < w; ++r)
+      for (size_t i = 0; i < total; ++i) in_of(r)[i] = ToBf16(Val(r, i));
+    OnThreads(w, [&](int r) {
+      ASSERT_TRUE(lw.comms[size_t(r)]->ReduceScatter(in_of(r), DType::kBf16, out_of(r),
+                                                     DType::kF32, count).Wait().ok());
+    });
+    for (int r = 0; r < w; ++r) {
+      for (size_t i = 0; i < total; ++i) ASSERT_EQ(in_of(r)[i], ToBf16(Val(r, i)));
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int p = 0; p < w; ++p) want = want + Bf16(in_of(p)[size_t(r) * count + i]);
+        ASSERT_EQ(std::memcmp(&out_of(r)[i], &want, 4), 0)
+            << "rank " << r << " i " << i << " output first " << out_first;
+      }
+    }
+  }
+}
+
 TEST_P(CollectivesTest, ReduceScatterIntegersDoublesHalvesAndInPlace) {
   const int w = GetParam();
   const size_t count = 17;
