@@ -39,7 +39,8 @@ void SumBlocks(const void* const* srcs, size_t count, void* dst, size_t from, si
 
 // The common case, fp32 sums of fp32 or bf16 sources, in 16-element blocks as SumBlocks' and
 // with the same bits (`0 + x` is kept: it turns -0 into +0), written in GCC's 4-lane vector
-// extensions so that the block's sums stay in registers (SSE2 on any x86-64).
+// extensions so that the block's sums stay in registers (SSE2 on any x86-64;
+// __builtin_shufflevector needs GCC 12 or Clang, as Debian 12 has).
 using F32x4 = float __attribute__((vector_size(16)));
 using U16x8 = uint16_t __attribute__((vector_size(16)));
 

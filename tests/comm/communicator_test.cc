@@ -121,7 +121,7 @@ TEST_P(CollectivesTest, ReduceScatterIsRankOrderedSum) {
 
 // The output right after or right before the input in one allocation (so the first peer's
 // pieces land in it directly, at the back of each fp32 piece's place), bf16 into fp32, in
-// pieces longer than the sum's 1024-element blocks: the sums are the rank-ordered ones bit for
+// pieces many of the sum's 16-element blocks long: the sums are the rank-ordered ones bit for
 // bit, and the input is left as it was.
 TEST_P(CollectivesTest, ReduceScatterIntoAnOutputNextToItsInput) {
   const int w = GetParam();
@@ -129,7 +129,7 @@ TEST_P(CollectivesTest, ReduceScatterIntoAnOutputNextToItsInput) {
   const size_t total = count * static_cast<size_t>(w);
   for (bool out_first : {false, true}) {
     CommOptions o;
-    o.piece_bytes = 5000;  // 2500 bf16 values a piece: 3 pieces, 3 blocks each
+    o.piece_bytes = 5000;  // 2500 bf16 values a piece: 3 pieces, the last with a short tail
     LocalWorld lw(w, o);
     // bf16 input (2 * total bytes) and fp32 output (4 * count bytes) in one buffer of floats.
     std::vector<std::vector<float>> mem(static_cast<size_t>(w),

@@ -60,6 +60,25 @@ TEST_P(GlooWorldTest, CollectivesMatchTheLocalTransportBitForBit) {
     ar[size_t(r)].resize(count * static_cast<size_t>(w));
     ag[size_t(r)].resize(count * static_cast<size_t>(w) * static_cast<size_t>(w));
   }
+  // bf16 into fp32 (what the gradients' reduce-scatter sums): the first peer's pieces land in
+  // the back of each piece's place in the output while later pieces are still arriving.
+  std::vector<std::vector<uint16_t>> in16(static_cast<size_t>(w));
+  std::vector<std::vector<float>> rs16(static_cast<size_t>(w)), ar16(static_cast<size_t>(w));
+  for (int r = 0; r < w; ++r) {
+    for (float v : in[size_t(r)]) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      in16[size_t(r)].push_back(uint16_t(bits >> 16));
+    }
+    rs16[size_t(r)].resize(count);
+    ar16[size_t(r)].resize(count * static_cast<size_t>(w));
+  }
+  auto widen = [](uint16_t h) {
+    const uint32_t bits = uint32_t{h} << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
   std::vector<CommStats> stats(static_cast<size_t>(w));
   OnThreads(w, [&](int r) {
     auto c = Connect(Env(r, w, port), Quick());
@@ -74,6 +93,10 @@ TEST_P(GlooWorldTest, CollectivesMatchTheLocalTransportBitForBit) {
                                DType::kF32).Wait().ok());
     ASSERT_TRUE(comm.Barrier().Wait().ok());
     stats[size_t(r)] = comm.stats();
+    ASSERT_TRUE(comm.ReduceScatter(in16[size_t(r)].data(), DType::kBf16, rs16[size_t(r)].data(),
+                                   DType::kF32, count).Wait().ok());
+    ASSERT_TRUE(comm.AllReduce(in16[size_t(r)].data(), DType::kBf16, ar16[size_t(r)].data(),
+                               DType::kF32, count * static_cast<size_t>(w)).Wait().ok());
   });
   for (int r = 0; r < w; ++r) {
     for (size_t i = 0; i < count; ++i) {
@@ -85,6 +108,16 @@ TEST_P(GlooWorldTest, CollectivesMatchTheLocalTransportBitForBit) {
       float s = 0;
       for (int p = 0; p < w; ++p) s = s + in[size_t(p)][i];
       ASSERT_EQ(std::memcmp(&ar[size_t(r)][i], &s, 4), 0);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      float s = 0;
+      for (int p = 0; p < w; ++p) s = s + widen(in16[size_t(p)][size_t(r) * count + i]);
+      ASSERT_EQ(std::memcmp(&rs16[size_t(r)][i], &s, 4), 0) << "bf16 reduce-scatter, rank " << r;
+    }
+    for (size_t i = 0; i < count * static_cast<size_t>(w); ++i) {
+      float s = 0;
+      for (int p = 0; p < w; ++p) s = s + widen(in16[size_t(p)][i]);
+      ASSERT_EQ(std::memcmp(&ar16[size_t(r)][i], &s, 4), 0) << "bf16 all-reduce, rank " << r;
     }
     EXPECT_EQ(ag[size_t(r)], ag[0]);
     EXPECT_EQ(stats[size_t(r)].bytes_sent[size_t(OpKind::kReduceScatter)],

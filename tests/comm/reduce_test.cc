@@ -143,9 +143,10 @@ TEST(SumInOrderTest, ABf16SourceInTheBackOfTheDst) {
         for (uint16_t& v : s) v = uint16_t(F32Bits(g) >> 16);
       const auto want = Reference<float>(srcs, n, Bf16);
       std::vector<float> dst(n);
-      if (n > 0) std::memcpy(reinterpret_cast<uint8_t*>(dst.data()) + 2 * n, srcs[at].data(), 2 * n);
+      auto* back = reinterpret_cast<uint8_t*>(dst.data()) + 2 * n;
+      if (n > 0) std::memcpy(back, srcs[at].data(), 2 * n);
       auto ptrs = Ptrs(srcs);
-      ptrs[at] = reinterpret_cast<uint8_t*>(dst.data()) + 2 * n;
+      ptrs[at] = back;
       SumInOrder(DType::kBf16, ptrs.data(), 3, DType::kF32, dst.data(), n);
       ASSERT_EQ(std::memcmp(dst.data(), want.data(), 4 * n), 0) << n << " at " << at;
     }
