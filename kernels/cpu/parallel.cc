@@ -1,5 +1,6 @@
 #include "kernels/cpu/parallel.h"
 
+#include <sched.h>
 #include <tbb/blocked_range.h>
 #include <tbb/info.h>
 #include <tbb/parallel_for.h>
@@ -7,9 +8,13 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+
+#include "kernels/cpu/worker_placement.h"
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -34,6 +39,26 @@ tbb::task_arena& ArenaFor(int threads) {
   return *arena;
 }
 
+// How many ParallelForChunks calls this thread is inside: 0 on oneTBB's worker threads while
+// they run chunks, at least 1 on a calling thread (which may also run chunks of other calls).
+thread_local int tls_calls = 0;
+
+// After a call of several chunks that all ran on its caller (parallel.h, "A worker woken onto
+// its caller's CPU"): at most once a millisecond, oneTBB's workers are barred from the
+// caller's CPU until they next run chunks.
+void MoveWorkersOffThisCpu() {
+  static std::atomic<int64_t> last_ns{0};
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_ns.load(std::memory_order_relaxed);
+  if (now - last < 1'000'000 ||
+      !last_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+    return;
+  }
+  TheWorkerPlacement().MoveOffCpu(sched_getcpu());
+}
+
 }  // namespace
 
 int ResolveThreads(int requested) {
@@ -46,17 +71,29 @@ void ParallelForChunks(size_t n, const ParallelOptions& options,
   const size_t chunk = std::max<size_t>(options.chunk_elems, 1);
   const size_t num_chunks = (n + chunk - 1) / chunk;
   const int threads = ResolveThreads(options.threads);
+  // Chunks the calling thread ran (written by it only: no line shared with the workers).
+  const int* const caller = &tls_calls;
+  size_t caller_chunks = 0;
   auto run = [&](size_t first, size_t last) {
     const auto start = options.observer ? std::chrono::steady_clock::now()
                                         : std::chrono::steady_clock::time_point{};
     for (size_t k = first; k < last; ++k) fn(k * chunk, std::min(n, (k + 1) * chunk));
     StoreFence();
+    if (&tls_calls == caller) {
+      caller_chunks += last - first;
+    } else if (tls_calls == 0) {  // a oneTBB worker
+      TheWorkerPlacement().NoteRun();
+    }
     if (options.observer) {
       int worker = tbb::this_task_arena::current_thread_index();
       (*options.observer)(worker < 0 ? 0 : worker, first * chunk, std::min(n, last * chunk),
                           start, std::chrono::steady_clock::now());
     }
   };
+  struct CallDepth {
+    CallDepth() { ++tls_calls; }
+    ~CallDepth() { --tls_calls; }
+  } depth;
   if (num_chunks == 1 || threads == 1) {
     run(0, num_chunks);
     return;
@@ -69,6 +106,11 @@ void ParallelForChunks(size_t n, const ParallelOptions& options,
         [&](const tbb::blocked_range<size_t>& r) { run(r.begin(), r.end()); },
         tbb::static_partitioner());
   });
+  // More chunks than threads, all run by the caller: a worker had time to join and did not.
+  // (With a chunk a thread, a worker that is awake may simply lose the race for its chunk.)
+  if (num_chunks > static_cast<size_t>(threads) && caller_chunks == num_chunks) {
+    MoveWorkersOffThisCpu();
+  }
 }
 
 }  // namespace zinf::kernels

@@ -10,8 +10,20 @@
 // (a fence per chunk would stall every ~100 KiB on draining the write-combining buffers), and
 // its results are visible to the caller when ParallelForChunks returns.
 //
+// A worker woken onto its caller's CPU: on some VMs (this project's 2-vCPU machine, whose
+// kernel seldom hands a woken thread a vCPU that has been idle a few milliseconds), a worker
+// woken after such an idle spell is queued on the CPU of the thread that woke it, which then runs the worker's share itself and
+// its next calls too, while the other CPU stays idle until the scheduler's tick moves the
+// worker (1-8 ms; bench/wake_placement shows it without zinf). So after a call of more chunks
+// than threads that ran wholly on its caller, ParallelForChunks (at most once a millisecond) bars
+// oneTBB's workers from the caller's current CPU with sched_setaffinity: a worker queued there
+// moves to an allowed CPU at once, others keep their place. Each worker restores its mask the
+// next time it runs chunks. Only threads that oneTBB created are moved, never a caller's, and
+// never off the last CPU their mask allows; a mask the user changes between the two is reset
+// to what it was before the move.
+//
 // The ThreadSanitizer build implements this header with parallel_threads.cc (std::threads that
-// TSan can see) instead of parallel.cc (oneTBB).
+// TSan can see) instead of parallel.cc (oneTBB); it moves no worker.
 //
 // Thread-safety: may be called from several threads at once; calls sharing a thread count
 // share one arena (their chunks then interleave on its threads).
