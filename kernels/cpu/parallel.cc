@@ -39,8 +39,9 @@ tbb::task_arena& ArenaFor(int threads) {
   return *arena;
 }
 
-// How many ParallelForChunks calls this thread is inside: 0 on oneTBB's worker threads while
-// they run chunks, at least 1 on a calling thread (which may also run chunks of other calls).
+// How many ParallelForChunks calls this thread is inside. A thread that runs a chunk at depth 0
+// is one of oneTBB's workers (a calling thread is at depth 1 or more, also when it runs chunks
+// of other calls); a worker that calls ParallelForChunks from a chunk is at depth 1 there.
 thread_local int tls_calls = 0;
 
 // After a call of several chunks that all ran on its caller (parallel.h, "A worker woken onto
@@ -98,6 +99,11 @@ void ParallelForChunks(size_t n, const ParallelOptions& options,
     run(0, num_chunks);
     return;
   }
+  // Only an outermost call from outside every arena may move workers: a oneTBB worker that
+  // calls ParallelForChunks from inside a chunk is never the one that woke a worker, and must
+  // not bar itself from its own CPU.
+  const bool outermost = tls_calls == 1 && tbb::this_task_arena::current_thread_index() < 0 &&
+                         !WorkerPlacement::CallingThreadRegistered();
   // static_partitioner: each thread walks one contiguous run of chunks, which keeps the
   // hardware prefetchers on long sequential streams.
   ArenaFor(threads).execute([&] {
@@ -108,7 +114,7 @@ void ParallelForChunks(size_t n, const ParallelOptions& options,
   });
   // More chunks than threads, all run by the caller: a worker had time to join and did not.
   // (With a chunk a thread, a worker that is awake may simply lose the race for its chunk.)
-  if (num_chunks > static_cast<size_t>(threads) && caller_chunks == num_chunks) {
+  if (outermost && num_chunks > static_cast<size_t>(threads) && caller_chunks == num_chunks) {
     MoveWorkersOffThisCpu();
   }
 }

@@ -14,13 +14,14 @@
 // kernel seldom hands a woken thread a vCPU that has been idle a few milliseconds), a worker
 // woken after such an idle spell is queued on the CPU of the thread that woke it, which then runs the worker's share itself and
 // its next calls too, while the other CPU stays idle until the scheduler's tick moves the
-// worker (1-8 ms; bench/wake_placement shows it without zinf). So after a call of more chunks
-// than threads that ran wholly on its caller, ParallelForChunks (at most once a millisecond) bars
-// oneTBB's workers from the caller's current CPU with sched_setaffinity: a worker queued there
-// moves to an allowed CPU at once, others keep their place. Each worker restores its mask the
-// next time it runs chunks. Only threads that oneTBB created are moved, never a caller's, and
-// never off the last CPU their mask allows; a mask the user changes between the two is reset
-// to what it was before the move.
+// worker (1-8 ms; bench/wake_placement shows it without zinf). So after an outermost call (not
+// from inside a chunk) of more chunks than threads that ran wholly on its caller,
+// ParallelForChunks bars oneTBB's workers from the caller's current CPU with sched_setaffinity
+// (kernels/cpu/worker_placement.h), at most once a millisecond in the process: a worker queued
+// there moves to an allowed CPU at once, others keep their place. A worker restores its mask
+// the next time it runs a chunk of an outermost loop. Only threads that oneTBB created and that
+// have run a chunk are moved, never a caller's, and never off the last CPU their mask allows; a
+// mask changed (e.g. by taskset) while a worker is barred is reset to the one before the move.
 //
 // The ThreadSanitizer build implements this header with parallel_threads.cc (std::threads that
 // TSan can see) instead of parallel.cc (oneTBB); it moves no worker.

@@ -11,6 +11,8 @@ thread_local uint64_t tls_moves = 0;  // moves() when this thread last looked
 
 }  // namespace
 
+bool WorkerPlacement::CallingThreadRegistered() { return tls_tid != 0; }
+
 void WorkerPlacement::NoteRun() {
   if (tls_tid != 0 && moves_.load(std::memory_order_relaxed) == tls_moves) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -21,32 +23,32 @@ void WorkerPlacement::NoteRun() {
     return;
   }
   for (Worker& w : workers_) {
-    if (w.tid != tls_tid || !w.narrowed) continue;
-    // Best effort: on failure the worker keeps the narrower mask (still a valid one).
-    sched_setaffinity(0, sizeof(w.mask), &w.mask);
-    w.narrowed = false;
+    if (w.tid != tls_tid || w.barred_cpu < 0) continue;
+    // This thread runs on an allowed CPU, so widening its mask moves nothing.
+    if (sched_setaffinity(0, sizeof(w.mask), &w.mask) == 0) w.barred_cpu = -1;
   }
 }
 
 int WorkerPlacement::MoveOffCpu(int cpu) {
   if (cpu < 0 || cpu >= CPU_SETSIZE) return 0;
   std::lock_guard<std::mutex> lock(mu_);
-  int narrowed = 0;
+  int changed = 0;
   for (Worker& w : workers_) {
-    if (w.narrowed) continue;
-    cpu_set_t mask;
-    if (sched_getaffinity(w.tid, sizeof(mask), &mask) != 0 || !CPU_ISSET(cpu, &mask)) continue;
+    if (w.tid == tls_tid || w.barred_cpu == cpu) continue;  // never the caller itself
+    cpu_set_t mask = w.mask;
+    if (w.barred_cpu < 0 && sched_getaffinity(w.tid, sizeof(mask), &mask) != 0) continue;
+    if (!CPU_ISSET(cpu, &mask)) continue;
     cpu_set_t others = mask;
     CPU_CLR(cpu, &others);
     if (CPU_COUNT(&others) == 0) continue;
     if (sched_setaffinity(w.tid, sizeof(others), &others) != 0) continue;
     w.mask = mask;
-    w.narrowed = true;
-    ++narrowed;
+    w.barred_cpu = cpu;
+    ++changed;
   }
-  // Released under the mutex: a worker that sees the new count restores its mask.
-  if (narrowed > 0) moves_.fetch_add(1, std::memory_order_relaxed);
-  return narrowed;
+  // Under the mutex: a worker that sees the new count and takes the mutex finds its entry.
+  if (changed > 0) moves_.fetch_add(1, std::memory_order_relaxed);
+  return changed;
 }
 
 size_t WorkerPlacement::workers() const {

@@ -3,8 +3,10 @@
 // chunk and thread count; results visible when the call returns; calls nested in a chunk and
 // calls from several threads at once; the observer's runs cover the range exactly once.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <thread>
@@ -99,6 +101,44 @@ TEST(ParallelForChunksTest, ObserverRunsCoverTheRangeOnce) {
     for (size_t i = 0; i < kN; ++i) wrong += covered[i] != 1;
     EXPECT_EQ(wrong, 0u) << threads << " threads";
   }
+}
+
+// parallel.h, "A worker woken onto its caller's CPU": a call from inside a chunk (on oneTBB's
+// worker or on the caller) never bars the thread that makes it from its own CPU, and the
+// calling thread's mask is never changed. Each round waits out the once-a-millisecond limit.
+TEST(ParallelForChunksTest, NestedCallsNeverMoveTheirOwnThread) {
+  cpu_set_t process;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(process), &process), 0);
+  if (CPU_COUNT(&process) < 2) GTEST_SKIP() << "this process may run on one CPU only";
+  auto busy = [](std::chrono::microseconds d) {
+    const auto end = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < end) {
+    }
+  };
+  std::atomic<int> changed{0}, nested{0};
+  for (int round = 0; round < 40; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // One chunk a thread; each keeps its thread busy around its nested call, so the nested call
+    // (more chunks than threads) mostly runs wholly on the thread that makes it.
+    ParallelForChunks(2, {.threads = 2, .chunk_elems = 1}, [&](size_t, size_t) {
+      busy(std::chrono::microseconds(300));
+      cpu_set_t before, after;
+      sched_getaffinity(0, sizeof(before), &before);
+      std::atomic<size_t> sum{0};
+      ParallelForChunks(64, {.threads = 2, .chunk_elems = 1},
+                        [&](size_t b, size_t) { sum.fetch_add(b, std::memory_order_relaxed); });
+      if (sum.load() != 64 * 63 / 2) changed.fetch_add(1000);
+      sched_getaffinity(0, sizeof(after), &after);
+      if (!CPU_EQUAL(&before, &after)) changed.fetch_add(1);
+      busy(std::chrono::microseconds(300));
+      nested.fetch_add(1);
+    });
+  }
+  EXPECT_EQ(nested.load(), 40 * 2);
+  EXPECT_EQ(changed.load(), 0);
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  EXPECT_TRUE(CPU_EQUAL(&mine, &process));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Tests of WorkerPlacement (kernels/cpu/worker_placement.h): a registered thread's mask loses
-// the given CPU and gets it back at its next NoteRun; a CPU outside the mask, a mask of one CPU
-// and an already narrowed mask are left alone; a thread that never ran is unknown to it.
+// the given CPU and gets it back at its next NoteRun; a second move bars the new CPU from the
+// saved mask; a CPU outside the mask, a mask of one CPU and a worker already barred from that
+// CPU are left alone; neither the calling thread nor a thread that never ran is moved.
 // Skipped where this process may run on one CPU only.
 #include "kernels/cpu/worker_placement.h"
 
@@ -11,6 +12,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -36,7 +38,15 @@ class Worker {
  public:
   explicit Worker(std::function<void(Worker&)> body)
       : thread_([this, body = std::move(body)] { body(*this); }) {}
-  ~Worker() { thread_.join(); }
+  // Lets the thread past every step (a test that stopped early must not hang here).
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      go_ = std::numeric_limits<int>::max();
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
   // Called by the thread: announces a step done and waits for the test's go.
   void Reached() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -87,7 +97,7 @@ TEST(WorkerPlacementTest, NarrowsTheMaskUntilTheNextRun) {
   CPU_CLR(cpu, &expected);
   const cpu_set_t narrowed = MaskOf(tid);
   EXPECT_TRUE(CPU_EQUAL(&narrowed, &expected));
-  EXPECT_EQ(placement.MoveOffCpu(cpu), 0) << "an already narrowed mask is left alone";
+  EXPECT_EQ(placement.MoveOffCpu(cpu), 0) << "a worker already barred from this CPU";
   EXPECT_EQ(placement.moves(), 1u);
 
   worker.Go();
@@ -126,13 +136,62 @@ TEST(WorkerPlacementTest, LeavesAloneWhatItMayNotNarrow) {
   worker.Go();
 }
 
-TEST(WorkerPlacementTest, KnowsOnlyThreadsThatRan) {
+TEST(WorkerPlacementTest, BarsAnotherCpuFromTheSavedMask) {
+  const cpu_set_t process = MaskOf(0);
+  if (CPU_COUNT(&process) < 2) GTEST_SKIP() << "this process may run on one CPU only";
   WorkerPlacement placement;
+  Worker worker([&](Worker& w) {
+    placement.NoteRun();
+    w.Reached();
+    placement.NoteRun();
+    w.Reached();
+  });
+  const pid_t tid = worker.WaitFor(1);
+  const cpu_set_t before = MaskOf(tid);
+  const int first = FirstCpu(before);
+  int second = -1;
+  for (int c = first + 1; c < CPU_SETSIZE && second < 0; ++c)
+    if (CPU_ISSET(c, &before)) second = c;
+  ASSERT_GE(second, 0);
+  EXPECT_EQ(placement.MoveOffCpu(first), 1);
+  // Barred from `first`, then from `second` instead: the saved mask less `second`, so it may
+  // run on `first` again (where its caller no longer is).
+  EXPECT_EQ(placement.MoveOffCpu(second), 1);
+  EXPECT_EQ(placement.moves(), 2u);
+  cpu_set_t expected = before;
+  CPU_CLR(second, &expected);
+  const cpu_set_t narrowed = MaskOf(tid);
+  EXPECT_TRUE(CPU_EQUAL(&narrowed, &expected));
+  worker.Go();
+  worker.WaitFor(2);
+  const cpu_set_t after = MaskOf(tid);
+  EXPECT_TRUE(CPU_EQUAL(&after, &before)) << "the mask before the first move comes back";
+  worker.Go();
+}
+
+TEST(WorkerPlacementTest, NeverMovesTheCallerOrAThreadThatNeverRan) {
+  const cpu_set_t process = MaskOf(0);
+  if (CPU_COUNT(&process) < 2) GTEST_SKIP() << "this process may run on one CPU only";
+  WorkerPlacement placement;
+  // A thread that has not run (this one) is unknown: nothing to move.
   EXPECT_EQ(placement.workers(), 0u);
-  EXPECT_EQ(placement.MoveOffCpu(sched_getcpu()), 0);
+  EXPECT_EQ(placement.MoveOffCpu(FirstCpu(process)), 0);
+  // A registered thread that calls MoveOffCpu bars the others, never itself.
+  int moved_by_itself = -1;
+  cpu_set_t own_before{}, own_after{};
+  Worker worker([&](Worker& w) {
+    placement.NoteRun();
+    own_before = MaskOf(0);
+    moved_by_itself = placement.MoveOffCpu(FirstCpu(own_before));
+    own_after = MaskOf(0);
+    w.Reached();
+  });
+  worker.WaitFor(1);
+  EXPECT_EQ(moved_by_itself, 0);
+  EXPECT_TRUE(CPU_EQUAL(&own_before, &own_after));
   const cpu_set_t mine = MaskOf(0);
-  const cpu_set_t after = MaskOf(0);
-  EXPECT_TRUE(CPU_EQUAL(&mine, &after));
+  EXPECT_TRUE(CPU_EQUAL(&mine, &process)) << "the test's own thread never registered";
+  worker.Go();
 }
 
 }  // namespace
