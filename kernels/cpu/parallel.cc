@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 
 #include "kernels/cpu/worker_placement.h"
 
@@ -48,6 +50,11 @@ thread_local int tls_calls = 0;
 // its caller's CPU"): at most once a millisecond, oneTBB's workers are barred from the
 // caller's CPU until they next run chunks.
 void MoveWorkersOffThisCpu() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ZINF_WORKER_MOVES");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  if (!enabled) return;
   static std::atomic<int64_t> last_ns{0};
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch())
@@ -78,13 +85,13 @@ void ParallelForChunks(size_t n, const ParallelOptions& options,
   auto run = [&](size_t first, size_t last) {
     const auto start = options.observer ? std::chrono::steady_clock::now()
                                         : std::chrono::steady_clock::time_point{};
+    const bool by_caller = &tls_calls == caller;
+    // A oneTBB worker registers (or gets its mask back) before its chunks, so that a call it
+    // makes from inside one knows it is a worker.
+    if (!by_caller && tls_calls == 0) TheWorkerPlacement().NoteRun();
     for (size_t k = first; k < last; ++k) fn(k * chunk, std::min(n, (k + 1) * chunk));
     StoreFence();
-    if (&tls_calls == caller) {
-      caller_chunks += last - first;
-    } else if (tls_calls == 0) {  // a oneTBB worker
-      TheWorkerPlacement().NoteRun();
-    }
+    if (by_caller) caller_chunks += last - first;
     if (options.observer) {
       int worker = tbb::this_task_arena::current_thread_index();
       (*options.observer)(worker < 0 ? 0 : worker, first * chunk, std::min(n, last * chunk),
@@ -99,11 +106,11 @@ void ParallelForChunks(size_t n, const ParallelOptions& options,
     run(0, num_chunks);
     return;
   }
-  // Only an outermost call from outside every arena may move workers: a oneTBB worker that
-  // calls ParallelForChunks from inside a chunk is never the one that woke a worker, and must
-  // not bar itself from its own CPU.
-  const bool outermost = tls_calls == 1 && tbb::this_task_arena::current_thread_index() < 0 &&
-                         !WorkerPlacement::CallingThreadRegistered();
+  // Only an outermost call from a thread that is not one of oneTBB's workers may move workers:
+  // a worker that calls ParallelForChunks from inside a chunk (registered before it ran the
+  // chunk) must not bar the others from its CPU, nor itself. (oneTBB's current_thread_index()
+  // cannot tell: it stays 0 on a thread that has left an arena.)
+  const bool outermost = tls_calls == 1 && !WorkerPlacement::CallingThreadRegistered();
   // static_partitioner: each thread walks one contiguous run of chunks, which keeps the
   // hardware prefetchers on long sequential streams.
   ArenaFor(threads).execute([&] {

@@ -22,6 +22,9 @@
 // the next time it runs a chunk of an outermost loop. Only threads that oneTBB created and that
 // have run a chunk are moved, never a caller's, and never off the last CPU their mask allows; a
 // mask changed (e.g. by taskset) while a worker is barred is reset to the one before the move.
+// oneTBB's workers are the process's: a program that embeds zinf and runs its own oneTBB work
+// shares them, and a barred worker busy with that work keeps its narrower mask until it next
+// runs a chunk here. ZINF_WORKER_MOVES=0 in the environment (read once) turns the moves off.
 //
 // The ThreadSanitizer build implements this header with parallel_threads.cc (std::threads that
 // TSan can see) instead of parallel.cc (oneTBB); it moves no worker.
