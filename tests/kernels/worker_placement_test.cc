@@ -26,11 +26,14 @@ cpu_set_t MaskOf(pid_t tid) {
   return mask;
 }
 
-int FirstCpu(const cpu_set_t& mask) {
-  for (int c = 0; c < CPU_SETSIZE; ++c)
+// The first CPU of `mask` after `after` (-1: from the start), or -1 when there is none.
+int NextCpu(const cpu_set_t& mask, int after) {
+  for (int c = after + 1; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &mask)) return c;
   return -1;
 }
+
+int FirstCpu(const cpu_set_t& mask) { return NextCpu(mask, -1); }
 
 // A thread that runs `body(tid)` between two steps the test drives: Step() lets it go on to
 // its next step and waits until it gets there.
@@ -111,9 +114,7 @@ TEST(WorkerPlacementTest, LeavesAloneWhatItMayNotNarrow) {
   const cpu_set_t process = MaskOf(0);
   if (CPU_COUNT(&process) < 2) GTEST_SKIP() << "this process may run on one CPU only";
   const int only = FirstCpu(process);
-  int other = -1;
-  for (int c = only + 1; c < CPU_SETSIZE && other < 0; ++c)
-    if (CPU_ISSET(c, &process)) other = c;
+  const int other = NextCpu(process, only);
   ASSERT_GE(other, 0);
   WorkerPlacement placement;
   Worker worker([&](Worker& w) {
@@ -149,9 +150,7 @@ TEST(WorkerPlacementTest, BarsAnotherCpuFromTheSavedMask) {
   const pid_t tid = worker.WaitFor(1);
   const cpu_set_t before = MaskOf(tid);
   const int first = FirstCpu(before);
-  int second = -1;
-  for (int c = first + 1; c < CPU_SETSIZE && second < 0; ++c)
-    if (CPU_ISSET(c, &before)) second = c;
+  const int second = NextCpu(before, first);
   ASSERT_GE(second, 0);
   EXPECT_EQ(placement.MoveOffCpu(first), 1);
   // Barred from `first`, then from `second` instead: the saved mask less `second`, so it may
