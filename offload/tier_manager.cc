@@ -78,6 +78,14 @@ TierManager::~TierManager() {
       return true;
     });
   }
+  if (derive_thread_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      derive_stop_ = true;
+    }
+    derive_cv_.notify_all();
+    derive_thread_.join();
+  }
   device_.StreamSynchronize(h2d_).IgnoreError();
   device_.StreamSynchronize(d2h_).IgnoreError();
   {
@@ -97,6 +105,10 @@ Result<ShardId> TierManager::Register(const ShardSpec& spec) {
   if (spec.bytes == 0) return InvalidArgument(fmt::format("shard {}: 0 bytes", spec.name));
   if (spec.home != Tier::kNvme && spec.home != Tier::kHost) {
     return InvalidArgument(fmt::format("shard {}: home must be nvme or host", spec.name));
+  }
+  if (spec.derive && spec.home != Tier::kNvme) {
+    return InvalidArgument(fmt::format(
+        "shard {}: a derived shard takes the NVMe home's place (home must be nvme)", spec.name));
   }
   if (spec.home == Tier::kNvme && swap_ == nullptr) {
     return FailedPrecondition(fmt::format(
@@ -132,9 +144,9 @@ Result<ShardId> TierManager::Register(const ShardSpec& spec) {
                                          spec.bytes));
     }
     shard->extent = *spec.home_extent;
-  } else if (spec.home == Tier::kNvme) {
+  } else if (spec.home == Tier::kNvme && !spec.derive) {
     ZINF_ASSIGN_OR_RETURN(shard->extent, swap_->Allocate(spec.bytes));
-  } else {
+  } else if (spec.home == Tier::kHost) {
     auto block = pool_.Allocate(shard->host_bytes);
     if (!block.ok()) {
       return block.status().WithContext(fmt::format("shard {} homed in pinned memory", spec.name));
@@ -208,6 +220,11 @@ Status TierManager::EnsureSealed() {
 
 Status TierManager::SealLocked(const SealOptions& options) {
   seal_ = options;
+  const bool any_derived =
+      std::any_of(shards_.begin(), shards_.end(), [](const auto& s) { return !!s->spec.derive; });
+  if (any_derived && !derive_thread_.joinable()) {
+    derive_thread_ = std::thread([this] { DeriveLoop(); });
+  }
   std::vector<SlotDemand> dev, host;
   Demands(options, &dev, &host);
   auto [dptr, dbytes] = arena_.AllocateRest();
@@ -295,6 +312,11 @@ Status TierManager::WriteHome(ShardId id, const void* src) {
       if (c.pins > 0) {
         return FailedPrecondition(fmt::format("WriteHome({}): the shard is leased", s.spec.name));
       }
+    }
+    if (s.spec.derive) {
+      return FailedPrecondition(fmt::format(
+          "WriteHome({}): the shard is derived (its content is computed from its source: "
+          "BeginRewrite, change the source, then Invalidate)", s.spec.name));
     }
     if (s.spec.home == Tier::kHost) {
       lock.unlock();
@@ -397,6 +419,12 @@ Status TierManager::ReadHome(ShardId id, void* dst) {
     cv_.wait(lock, [&] { return h.state != Copy::kLoading; });
     std::memcpy(dst, h.ptr, s.spec.bytes);
     return Status::Ok();
+  }
+  if (s.spec.derive) {
+    // Computed again: the caller keeps its source unchanged meanwhile (the contract).
+    lock.unlock();
+    Status st = s.spec.derive(dst);
+    return st.ok() ? st : st.WithContext(fmt::format("ReadHome({}): deriving it", s.spec.name));
   }
   if (h.state == Copy::kReady && !h.dirty && !h.stale) {
     // A clean host copy holds what the home holds: read it, pinned meanwhile.
@@ -571,6 +599,13 @@ Status TierManager::Release(Lease lease, bool dirty, Event last_use) {
     c.uses.push_back(std::move(last_use));
   }
   Log().debug("tier: release {} {} dirty {}", s.spec.name, TierName(lease.tier_), dirty);
+  if (dirty && s.spec.derive) {
+    // Nothing can take the change home: the copy no longer holds what derive computes.
+    DropOrMarkStale(lease.shard_, lease.tier_);
+    cv_.notify_all();
+    return FailedPrecondition(fmt::format(
+        "Release({}, dirty): the shard is derived and cannot be written home", s.spec.name));
+  }
   if (dirty && c.state != Copy::kAbsent) {
     if (!(lease.tier_ == Tier::kHost && s.spec.home == Tier::kHost)) {
       c.dirty = true;
@@ -606,8 +641,12 @@ Status TierManager::Invalidate(ShardId id) {
 }
 
 void TierManager::BeginRewrite(ShardId id) {
-  std::lock_guard lock(mu_);
-  if (id < shards_.size()) shards_[id]->rewrite_pending = true;
+  std::unique_lock lock(mu_);
+  if (id >= shards_.size()) return;
+  Shard& s = *shards_[id];
+  s.rewrite_pending = true;
+  // A derivation in flight reads the source the caller is about to change.
+  cv_.wait(lock, [&] { return !s.deriving; });
 }
 
 void TierManager::DropOrMarkStale(ShardId id, Tier tier) {

@@ -3,7 +3,10 @@
 // A shard (one unit's tensors of one role, flattened) has a home — NVMe (an extent in the swap
 // space) or pinned host memory — and copies above it while in use: a host copy (a slot of the
 // pinned pool, the staging for NVMe and for the device link) and a device copy (a slot of the
-// device arena).
+// device arena). An NVMe-homed shard may instead be derived (ShardSpec::derive): its content is
+// computed from memory its owner keeps (16-bit weights from fp32 master weights in host
+// memory), so a load runs that function on the manager's derive thread instead of reading the
+// disk, and nothing of it is ever read from or written to NVMe.
 //
 // Contract:
 // - Memory is planned once. Register() every shard first (a shard larger than the device
@@ -41,6 +44,13 @@
 //   never past the step's end and never for a shard whose home is about to be rewritten
 //   (BeginRewrite). An acquire that departs from the trace drops back to on-demand fetches and
 //   records anew.
+// - Derived shards: loads run ShardSpec::derive on one thread of the manager's (started by Seal
+//   when a derived shard exists), demand loads ahead of prefetches; the copy is then used as a
+//   read one is. The source must not change while a derivation may run: its owner calls
+//   BeginRewrite (which waits for a derivation in flight and keeps prefetch away) before
+//   changing it, and HomeRewritten, InstallPending or Invalidate after. WriteHome and a dirty
+//   release of a derived shard are refused (FailedPrecondition): its content is what derive
+//   computes. ReadHome runs derive on the calling thread.
 // - Device calls: completion callbacks (on the device's stream threads and the I/O engine's
 //   reaper) take the manager's mutex and only do bookkeeping (no device call: device.h's rules).
 //   The mutex is never held while the device is synchronized or memory is allocated or freed on
@@ -55,6 +65,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -99,6 +111,11 @@ struct ShardSpec {
   // kNvme: an extent of the swap space that already holds the shard (the optimizer pipeline
   // writes param16 there); unset: one is allocated at registration.
   std::optional<Extent> home_extent;
+  // kNvme only: the shard's content is computed, never read from or written to NVMe: fills
+  // `dst` with `bytes` bytes (see the contract; called without the manager's lock, on its
+  // derive thread or a ReadHome caller's). A home_extent given is left untouched; none is
+  // allocated otherwise.
+  std::function<Status(void* dst)> derive;
 };
 
 struct TierManagerOptions {
@@ -144,6 +161,7 @@ struct TierStats {
   uint64_t device_evictions = 0, host_evictions = 0;
   uint64_t overwrites = 0, discards = 0;  // reads and write-backs saved by those modes
   uint64_t installs = 0;                  // InstallPending copies (NVMe reads saved)
+  uint64_t derived_bytes = 0;             // host copies of derived shards computed (not read)
   uint64_t peak_host_bytes = 0, peak_device_bytes = 0;
 };
 
@@ -251,6 +269,7 @@ class TierManager {
   // The shard's home is about to be rewritten by someone else (the optimizer pipeline): prefetch
   // leaves it alone until HomeRewritten, InstallPending or EndPending(false) says the new
   // content is known (reading the old one would be wasted, and would keep InstallPending out).
+  // A derived shard: also waits for a derivation in flight (its source may change on return).
   void BeginRewrite(ShardId id);
 
   // New content for an NVMe-homed shard whose home write (by someone else: the optimizer
@@ -314,6 +333,11 @@ class TierManager {
   // leaves the copy absent with `error` for its waiters.
   void AbandonDeviceLoad(ShardId id, Status error);
   void LinkBusy(int link, int delta);
+  // A host load ended (an NVMe read or a derivation): the copy is ready or, on error, absent
+  // with the error for its waiters; a device load waiting for it goes on.
+  void FinishHostLoad(ShardId id, const Status& r);
+  // The derive thread: runs queued derivations until stopped with an empty queue.
+  void DeriveLoop();
   void EndPendingLocked(ShardId id, bool home_written);
   // A copy holding outdated content: freed now when idle, else marked stale (dropped before its
   // next use, or when its transfer or lease ends). No-op when absent.
@@ -359,6 +383,11 @@ class TierManager {
   std::unordered_map<std::thread::id, int> holders_[2];
   std::array<std::array<uint32_t, kRoles>, 2> role_leases_{};
   std::unordered_set<std::thread::id> reserving_;
+  // Derived shards whose host copy is loading, demand loads first; the thread running them.
+  std::deque<std::pair<ShardId, std::chrono::steady_clock::time_point>> derive_queue_;
+  std::condition_variable derive_cv_;
+  bool derive_stop_ = false;
+  std::thread derive_thread_;
 };
 
 }  // namespace zinf::offload

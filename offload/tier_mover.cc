@@ -138,6 +138,9 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
   Shard& s = *shards_[id];
   Copy& c = s.copy[static_cast<int>(tier)];
   if (!c.dirty) return Status::Ok();
+  if (s.spec.derive) {  // Release refuses a dirty derived copy: never reached
+    return Internal(fmt::format("write back of {}: a derived shard has no home to write", s.spec.name));
+  }
   const uint64_t version = c.version;
   Log().debug("tier: write back {} {}", s.spec.name, TierName(tier));
   if (tier == Tier::kDevice) {
@@ -394,6 +397,52 @@ void TierManager::AbandonDeviceLoad(ShardId id, Status error) {
   cv_.notify_all();
 }
 
+void TierManager::FinishHostLoad(ShardId id, const Status& r) {
+  Shard& sh = *shards_[id];
+  Copy& hc = sh.copy[kHostIdx];
+  if (r.ok()) {
+    hc.state = Copy::kReady;
+    if (sh.device_wants_host) {
+      // Outdated while it loaded (the home was rewritten): the device copy must not be made
+      // from it; its waiters start over (an OK error means "retry").
+      if (hc.stale) AbandonDeviceLoad(id, Status::Ok());
+      else StartHostToDevice(id);
+    }
+    if (hc.stale && hc.pins == 0) FreeCopy(id, Tier::kHost);
+  } else {
+    GiveSlot(id, Tier::kHost, std::move(hc.slot));  // pins and leases stay
+    hc.slot = Slot();
+    hc.ptr = nullptr;
+    hc.state = Copy::kAbsent;
+    hc.error = r.WithContext(fmt::format("loading shard {}", sh.spec.name));
+    if (sh.device_wants_host) AbandonDeviceLoad(id, hc.error);
+  }
+  cv_.notify_all();
+}
+
+void TierManager::DeriveLoop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    derive_cv_.wait(lock, [&] { return derive_stop_ || !derive_queue_.empty(); });
+    if (derive_queue_.empty()) return;  // stopped, nothing left
+    const auto [id, t0] = derive_queue_.front();
+    derive_queue_.pop_front();
+    Shard& s = *shards_[id];
+    // The copy is loading: its slot stays put and nobody else writes it until it is ready.
+    void* dst = s.copy[kHostIdx].ptr;
+    lock.unlock();
+    Status r = s.spec.derive(dst);
+    if (r.ok() && s.host_bytes > s.spec.bytes) {
+      std::memset(static_cast<uint8_t*>(dst) + s.spec.bytes, 0, s.host_bytes - s.spec.bytes);
+    }
+    lock.lock();
+    Span("derive", s.spec.name, t0);
+    s.deriving = false;
+    if (r.ok()) stats_.derived_bytes += s.spec.bytes;
+    FinishHostLoad(id, r);
+  }
+}
+
 Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier,
                               bool prefetch, size_t need_pos) {
   Shard& s = *shards_[id];
@@ -422,6 +471,15 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
     c.slot = std::move(slot);
     c.ptr = c.slot.ptr;
     c.state = Copy::kLoading;
+    if (s.spec.derive) {
+      // Computed on the derive thread; a demand load goes ahead of the prefetches queued.
+      Log().debug("tier: derive {} (prefetch {})", s.spec.name, prefetch);
+      s.deriving = true;
+      if (prefetch) derive_queue_.emplace_back(id, Clock::now());
+      else derive_queue_.emplace_front(id, Clock::now());
+      derive_cv_.notify_one();
+      return Status::Ok();
+    }
     Log().debug("tier: read {} from nvme (prefetch {})", s.spec.name, prefetch);
     inflight_bytes_[0] += s.host_bytes;
     LinkBusy(0, +1);
@@ -432,29 +490,11 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
         [this, id, t0 = Clock::now()](const Status& r) {
           std::lock_guard l(mu_);
           Shard& sh = *shards_[id];
-          Copy& hc = sh.copy[kHostIdx];
           Span("nvme read", sh.spec.name, t0);
           LinkBusy(0, -1);
           inflight_bytes_[0] -= sh.host_bytes;
-          if (r.ok()) {
-            stats_.nvme_read_bytes += sh.host_bytes;
-            hc.state = Copy::kReady;
-            if (sh.device_wants_host) {
-              // Outdated while it loaded (the home was rewritten): the device copy must not be
-              // made from it; its waiters start over (an OK error means "retry").
-              if (hc.stale) AbandonDeviceLoad(id, Status::Ok());
-              else StartHostToDevice(id);
-            }
-            if (hc.stale && hc.pins == 0) FreeCopy(id, Tier::kHost);
-          } else {
-            GiveSlot(id, Tier::kHost, std::move(hc.slot));  // pins and leases stay
-            hc.slot = Slot();
-            hc.ptr = nullptr;
-            hc.state = Copy::kAbsent;
-            hc.error = r.WithContext(fmt::format("loading shard {}", sh.spec.name));
-            if (sh.device_wants_host) AbandonDeviceLoad(id, hc.error);
-          }
-          cv_.notify_all();
+          if (r.ok()) stats_.nvme_read_bytes += sh.host_bytes;
+          FinishHostLoad(id, r);
         });
     if (!st.ok()) {
       LinkBusy(0, -1);

@@ -1,5 +1,6 @@
 #include "src/train/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -66,6 +67,9 @@ LayerExecutor::LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, 
 
 LayerExecutor::~LayerExecutor() {
   FinishOptimizerStep().IgnoreError();
+  // The tier manager outlives this executor: a derivation queued or running (a prefetch for
+  // the next step) reads master_, so each is waited for and no new one starts.
+  for (uint32_t u = 0; u < std::min(p16_derived_.size(), p16_.size()); ++u) BeginMasterWrite(u);
   if (compute_ != nullptr) rt_.device->StreamSynchronize(compute_).IgnoreError();
   be_.Synchronize().IgnoreError();
   accumulator_.reset();
@@ -131,10 +135,27 @@ uint64_t LayerExecutor::Param16ShardBytes() const {
   return b;
 }
 
+uint64_t LayerExecutor::Param16DerivedBytes() const {
+  uint64_t b = 0;
+  for (uint32_t u = 0; u < p16_.size(); ++u) {
+    if (Param16Derived(u)) b += rt_.tiers->spec(p16_[u]).bytes;
+  }
+  return b;
+}
+
 uint64_t LayerExecutor::GradShardBytes() const {
   uint64_t b = 0;
   for (offload::ShardId id : grad_) b += rt_.tiers->spec(id).bytes;
   return b;
+}
+
+void LayerExecutor::BeginMasterWrite(uint32_t unit) {
+  if (Param16Derived(unit)) rt_.tiers->BeginRewrite(p16_[unit]);
+}
+
+Status LayerExecutor::Param16Changed(uint32_t unit, const uint16_t* p16) {
+  if (Param16Derived(unit)) return rt_.tiers->Invalidate(p16_[unit]);
+  return rt_.tiers->WriteHome(p16_[unit], p16);
 }
 
 bool LayerExecutor::AnyStateInMemory() const {
@@ -365,6 +386,19 @@ Status LayerExecutor::RegisterShards() {
                          .role = offload::Role::kParam16, .bytes = Param16Bytes(pn),
                          .home = p16_nvme ? Tier::kNvme : Tier::kHost};
     if (p16_nvme) p.home_extent = p16_home;
+    // The master weights in memory cover the unit's 16-bit weights: those are cast from them
+    // when loaded (the cast the optimizer writes), never written to or read from NVMe. Their
+    // extent stays allocated (unwritten: no disk), so the swap file's layout, which resumes
+    // check, does not depend on the placement's derived units.
+    const bool derived = p16_nvme && !StateOnNvme(u) && !partitioned_ && !partitioned_params_;
+    p16_derived_.push_back(derived ? 1 : 0);
+    if (derived) {
+      ou.param16 = {};
+      ou.param16_to_caller = true;  // the async step installs the new weights it computes
+      p.derive = [this, u, n](void* dst) {
+        return kernels::CastFromF32(master_[u].data(), dst, options_.param16_type, n);
+      };
+    }
     ZINF_ASSIGN_OR_RETURN(offload::ShardId pid, tm.Register(p));
     ZINF_ASSIGN_OR_RETURN(offload::ShardId gid,
                           tm.Register({.name = dims_.UnitName(u) + ".grad", .unit = u,

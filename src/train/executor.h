@@ -320,6 +320,8 @@ class LayerExecutor {
   // The bytes of this rank's 16-bit weight shards (the whole units', or with ZeRO-3 its
   // chunks').
   uint64_t Param16ShardBytes() const;
+  // Of those, the bytes derived from master weights in memory (Param16Derived).
+  uint64_t Param16DerivedBytes() const;
   // The bytes of this rank's gradient shards (fp32 or 16-bit, the unit's or, with ZeRO-2, its
   // chunk's).
   uint64_t GradShardBytes() const;
@@ -373,6 +375,17 @@ class LayerExecutor {
   bool StateOnNvme(uint32_t unit) const { return in_memory_[unit] == 0; }
   // Whether any unit's state lives in memory.
   bool AnyStateInMemory() const;
+  // Whether the unit's 16-bit weights are derived from its master weights in memory (a derived
+  // shard of the tier manager: never read from or written to NVMe). So are a unit's whose state
+  // is in memory where its 16-bit weights would otherwise live on NVMe, unless ZeRO partitions
+  // the state (a rank's master chunk does not cover the weights it uses).
+  bool Param16Derived(uint32_t unit) const { return p16_derived_[unit] != 0; }
+  // Before the master weights of a unit with derived 16-bit weights change: waits for a
+  // derivation in flight, and no prefetch derives them until Param16Changed.
+  void BeginMasterWrite(uint32_t unit);
+  // The unit's 16-bit weights are now `p16` (the cast of its new master weights): written home,
+  // or for derived ones every old copy dropped (the next load derives the new ones).
+  Status Param16Changed(uint32_t unit, const uint16_t* p16);
   // The bytes of a role of a unit's state on this rank (offload::StateRoleBytes).
   uint64_t StateBytes(uint32_t unit, int role) const;
   // The unit's stream of stochastic rounding (OptimizerUnit::rounding_stream).
@@ -477,6 +490,7 @@ class LayerExecutor {
   std::vector<offload::OptimizerUnit> opt_step_units_;  // the running async step's
   offload::StepHashing opt_hashing_;                    // the running async step's
   std::vector<char> in_memory_;  // per unit: its optimizer state lives in host memory
+  std::vector<char> p16_derived_;  // per unit: Param16Derived
   // Per unit, the state in memory (empty for a unit on NVMe).
   std::vector<std::vector<float>> master_;
   std::vector<std::vector<uint8_t>> exp_avg_, exp_avg_sq_;  // options_.moment_type

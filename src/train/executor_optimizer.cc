@@ -81,13 +81,14 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
     }
   } else {
     ZINF_RETURN_IF_ERROR(kernels::CastFromF32(master, p16, options_.param16_type, n));
+    BeginMasterWrite(unit);
     if (mine != master_[unit].data()) std::memcpy(master_[unit].data(), mine, 4 * c.len);
     std::fill(exp_avg_[unit].begin(), exp_avg_[unit].end(), 0);  // 0.0 in fp32 and bf16
     std::fill(exp_avg_sq_[unit].begin(), exp_avg_sq_[unit].end(), 0);
   }
   // ZeRO-3: this rank's chunk alone (no collective: each rank has the whole unit here).
   if (partitioned_params_) return GatherParam16(unit, p16 + c.lo);
-  return rt_.tiers->WriteHome(p16_[unit], p16);
+  return Param16Changed(unit, p16);
 }
 
 Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
@@ -127,6 +128,7 @@ Status LayerExecutor::InitWeights(uint64_t seed) {
     float* w = partitioned_     ? scratch.data()
                : StateOnNvme(u) ? reinterpret_cast<float*>(BounceBuffer())
                                 : master_[u].data();
+    if (w == master_[u].data()) BeginMasterWrite(u);
     InitUnit(dims_, u, seed, w);
     ZINF_RETURN_IF_ERROR(SetUnitWeights(u, w));
   }
@@ -207,6 +209,7 @@ Status LayerExecutor::StepUnit(uint32_t u, const kernels::AdamHyper& hyper,
     ZINF_ASSIGN_OR_RETURN(const auto step_units, StepUnits(one_unit));
     offload::StepHashing hashing;
     PrepareHashing(one_unit, &hashing);
+    BeginMasterWrite(u);  // Adam updates a master in memory in place
     ZINF_ASSIGN_OR_RETURN(offload::OptimizerStepStats one,
                           pipeline_->Step(step_units, hyper, nullptr, nullptr, &hashing));
     StepDone(one_unit, hashing);
@@ -242,6 +245,7 @@ Status LayerExecutor::StepUnitInMemory(uint32_t u, const kernels::AdamHyper& hyp
   }
   // New 16-bit weights homed in host memory are written there in place (no staging copy).
   const bool in_place = tm.spec(p16_[u]).home == Tier::kHost;
+  BeginMasterWrite(u);  // Adam updates the master in place
   void* p16_out = p16_staging_.data();
   if (in_place) {
     auto home = tm.BeginHomeWrite(p16_[u]);
@@ -263,7 +267,7 @@ Status LayerExecutor::StepUnitInMemory(uint32_t u, const kernels::AdamHyper& hyp
   if (in_place) tm.EndHomeWrite(p16_[u]);
   ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
   ZINF_RETURN_IF_ERROR(r.status());
-  if (!in_place) ZINF_RETURN_IF_ERROR(tm.WriteHome(p16_[u], p16_staging_.data()));
+  if (!in_place) ZINF_RETURN_IF_ERROR(Param16Changed(u, p16_staging_.data()));
   ++st->units;
   return Status::Ok();
 }
@@ -315,6 +319,7 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
     ZINF_ASSIGN_OR_RETURN(const auto step_units, StepUnits(all_units_));
     offload::StepHashing hashing;
     PrepareHashing(all_units_, &hashing);
+    for (uint32_t u : all_units_) BeginMasterWrite(u);
     ZINF_ASSIGN_OR_RETURN(st, pipeline_->Step(step_units, hyper, nullptr, nullptr, &hashing));
     StepDone(all_units_, hashing);
     // The pipeline rewrote every param16 home: the cached copies are stale.
@@ -420,7 +425,10 @@ Status LayerExecutor::StartAsyncStep(std::vector<uint32_t> order, bool gated) {
 bool LayerExecutor::CanStepMemoryAsync() const {
   if (pipeline_ != nullptr || !options_.async_optimizer || partitioned_) return false;
   for (uint32_t u = 0; u < dims_.units(); ++u) {
-    if (StateOnNvme(u) || rt_.tiers->spec(p16_[u]).home != Tier::kHost) return false;
+    // The new 16-bit weights go home in place, or (derived) the old copies are dropped.
+    if (StateOnNvme(u) || (rt_.tiers->spec(p16_[u]).home != Tier::kHost && !Param16Derived(u))) {
+      return false;
+    }
   }
   return true;
 }

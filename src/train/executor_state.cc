@@ -292,6 +292,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
                                                      : "as read from " + s.sources[r]);
       }
     }
+    BeginMasterWrite(u);
     for (int r = 0; r < offload::kStateRoles; ++r) {
       std::memcpy(dst[r], s.arrays[r], StateBytes(u, r));
     }
@@ -302,7 +303,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
   // ZeRO-1/2: the chunk's 16-bit weights, gathered from every rank's (a collective: every rank
   // restores the units in the same order).
   if (Partitioned()) return GatherParam16(u, p16);
-  ZINF_RETURN_IF_ERROR(rt_.tiers->WriteHome(p16_[u], p16));
+  ZINF_RETURN_IF_ERROR(Param16Changed(u, p16));
   return Status::Ok();
 }
 

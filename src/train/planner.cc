@@ -31,6 +31,7 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
                         .grads = p.stage >= 2, .params = p.stage >= 3};
   const uint64_t grad_elem = in.micro_batches == 1 && p.world == 1 ? 2 : 4;
   uint64_t p16_elems = 0, grad_elems = 0, max_state = 0, max_p16 = 0, max_grad = 0, max_per = 0;
+  uint64_t derived_elems = 0;
   p.state_params = 0;
   std::vector<uint64_t> state_n(d.units());
   for (uint32_t u = 0; u < d.units(); ++u) {
@@ -40,6 +41,10 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     p.state_params += sn;
     p16_elems += pn;
     grad_elems += gn;
+    // As the executor derives them: state in memory, not partitioned across ranks.
+    const bool state_in_memory =
+        !state_nvme || (u < placement.in_memory.size() && placement.in_memory[u] != 0);
+    if (swap && state_in_memory && !share.optimizer && !share.params) derived_elems += pn;
     max_state = std::max(max_state, sn);
     max_p16 = std::max(max_p16, pn);
     max_grad = std::max(max_grad, gn);
@@ -69,7 +74,8 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   b.host_state = placement.memory_bytes;
   b.nvme_state = state_nvme ? placement.nvme_bytes : 0;
   b.nvme_state_all = b.nvme_state * in.state_generations;
-  b.nvme_param16 = swap ? p16_bytes : 0;
+  b.param16_derived = 2 * derived_elems;
+  b.nvme_param16 = swap ? p16_bytes - b.param16_derived : 0;
   b.nvme_grads = swap ? grad_bytes : 0;
   b.param16_held = p16_bytes;
   b.grads_held = grad_bytes;
@@ -86,8 +92,12 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     // The 16-bit weights are evicted clean (their home is current); what the cache lacks beyond
     // them is gradients, written dirty before they are read back.
     const double dirty = std::max(0.0, shortfall - static_cast<double>(p16_bytes));
-    p.nvme_read_per_step = state + shortfall;
-    p.nvme_write_per_step = state + (state_nvme ? static_cast<double>(p16_bytes) : 0) + dirty;
+    // Of the 16-bit weights the cache lacks, the derived ones are cast again, not read.
+    const double p16 = static_cast<double>(p16_bytes);
+    const double derived_share = p16 > 0 ? static_cast<double>(b.param16_derived) / p16 : 0.0;
+    p.nvme_read_per_step = state + shortfall - std::min(shortfall, p16) * derived_share;
+    p.nvme_write_per_step =
+        state + (state_nvme ? static_cast<double>(b.nvme_param16) : 0) + dirty;
   }
   // Ranks on one machine share its drive and its CPU: every rank's NVMe bytes pass the same
   // disk, every rank's Adam runs on the same cores, and on the host-emulated device so does
@@ -128,7 +138,7 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
       read -= p.state_read_under_backward;
     }
     p.optimizer_seconds = std::max(
-        r > 0 && w > 0 ? read / r + (state + static_cast<double>(p16_bytes)) / w : 0.0,
+        r > 0 && w > 0 ? read / r + (state + static_cast<double>(b.nvme_param16)) / w : 0.0,
         p.adam_seconds);
     p.step_seconds =
         p.compute_seconds - hidden_under + std::max(hidden_under, p.optimizer_seconds);
@@ -143,9 +153,10 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     // thread during the last backward, beside the device's backward kernels. On the
     // host-emulated device compute shares the CPU with Adam: nothing hides.
     // With the 16-bit weights homed on NVMe the step runs after backward (not under the
-    // forward: their writes go through the tier manager's slots).
+    // forward: their writes go through the tier manager's slots), unless they are derived
+    // from the master weights (not across ZeRO ranks): nothing is written then.
     const bool overlap = c.zinf.overlap_adam;
-    const bool under_forward = !params_nvme;
+    const bool under_forward = !params_nvme || (!share.optimizer && !share.params);
     const double per_mb = p.compute_seconds / in.micro_batches;
     const double hidden_under =
         rates.compute_on_host ? 0.0 : (overlap ? 0.75 : under_forward ? 0.25 : 0.0) * per_mb;
@@ -265,6 +276,7 @@ nlohmann::json Plan::ToJson() const {
                  {{"optimizer_state", bytes.nvme_state},
                   {"optimizer_state_all_generations", bytes.nvme_state_all},
                   {"param16", bytes.nvme_param16},
+                  {"param16_derived_from_memory", bytes.param16_derived},
                   {"gradients", bytes.nvme_grads},
                   {"swap_file", bytes.swap_file}}}};
   j["nvme_read_bytes_per_step"] = nvme_read_per_step;
@@ -310,6 +322,11 @@ std::string FormatPlan(const Plan& p, const GptDims& d) {
                      h(b.pinned_cache), h(b.cache_wanted));
   }
   s += fmt::format("host   : optimizer state {}\n", h(b.host_state));
+  if (b.param16_derived > 0) {
+    s += fmt::format("host   : 16-bit weights {} cast from the master weights in memory when "
+                     "loaded (not on NVMe)\n",
+                     h(b.param16_derived));
+  }
   s += fmt::format("nvme   : optimizer state {} (x{} generations: {}), 16-bit weights {}, "
                    "gradients {}; swap file {}\n",
                    h(b.nvme_state), b.nvme_state > 0 && b.nvme_state_all > b.nvme_state

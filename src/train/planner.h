@@ -72,6 +72,9 @@ struct PlanBytes {
   uint64_t nvme_state = 0;       // one generation
   uint64_t nvme_state_all = 0;   // every generation (checkpoints)
   uint64_t nvme_param16 = 0, nvme_grads = 0;
+  // 16-bit weights cast from master weights in memory when loaded (never on NVMe): the units
+  // whose state is in memory, unless ZeRO partitions the state (executor.h, Param16Derived).
+  uint64_t param16_derived = 0;
   uint64_t swap_file = 0;        // the swap file's size
   // 16-bit weights and gradients the pinned cache should hold for a step without re-reads.
   uint64_t cache_wanted = 0;

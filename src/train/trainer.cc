@@ -75,6 +75,7 @@ std::string TrainSummary::ToJson() const {
                       {"peak_rss_bytes", peak_rss_bytes},
                       {"prefetch_misses", prefetch_misses},
                       {"param16_installs", param16_installs},
+                      {"param16_derived_load_bytes", param16_derived_load_bytes},
                       {"pinned_budget_bytes", pinned_budget_bytes},
                       {"device", device},
                       {"backend", backend},
@@ -115,6 +116,7 @@ std::string TrainSummary::ToJson() const {
   j["placement"] = placement;
   j["gradient_bytes"] = gradient_bytes;
   j["param16_bytes"] = param16_bytes;
+  j["param16_derived_bytes"] = param16_derived_bytes;
   j["swap_file_bytes"] = swap_file_bytes;
   j["compute_seconds_per_step"] = compute_seconds;
   j["stall_seconds_per_step"] = stall_seconds;
@@ -401,6 +403,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.prefetch_hits = ts.prefetch_hits;
   sum.prefetch_misses = ts.prefetch_misses;
   sum.param16_installs = ts.installs;
+  sum.param16_derived_load_bytes = ts.derived_bytes;
   sum.peak_device_bytes = ts.peak_device_bytes;
   sum.device_budget_bytes = rt->device->budget_bytes();
   sum.peak_pinned_bytes = ts.peak_host_bytes;
@@ -426,6 +429,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.placement = eo.optimizer_on_nvme ? placement.Describe(dims) : "every unit in memory";
   sum.gradient_bytes = ex->GradShardBytes();
   sum.param16_bytes = ex->Param16ShardBytes();
+  sum.param16_derived_bytes = ex->Param16DerivedBytes();
   sum.swap_file_bytes = rt->swap != nullptr ? rt->swap->capacity() : 0;
 
   if (ranks.comm != nullptr) {

@@ -81,6 +81,8 @@ struct TrainSummary {
   // Tier manager: acquires that found their copy in place / had to fetch it; the optimizer's
   // new 16-bit weights put straight into the host tier (not read back from NVMe).
   uint64_t prefetch_hits = 0, prefetch_misses = 0, param16_installs = 0;
+  // 16-bit weights cast from master weights in memory (their loads: no NVMe read).
+  uint64_t param16_derived_load_bytes = 0;
   // Device link traffic (weights up; gradients and write-backs down) and evictions per tier:
   // device_evictions > 0 shows the device tier paging within a step.
   uint64_t h2d_bytes = 0, d2h_bytes = 0, device_evictions = 0, host_evictions = 0;
@@ -98,6 +100,8 @@ struct TrainSummary {
   uint64_t gradient_bytes = 0;
   // This rank's 16-bit weight shards (2 bytes a parameter; with ZeRO-3 its chunks, / world).
   uint64_t param16_bytes = 0;
+  // ... of which derived from the master weights in memory (never on NVMe: executor.h).
+  uint64_t param16_derived_bytes = 0;
   // The swap file this rank reserved (fallocate) on its NVMe directories; 0 without NVMe.
   uint64_t swap_file_bytes = 0;
   uint64_t peak_pinned_bytes = 0, pinned_budget_bytes = 0;

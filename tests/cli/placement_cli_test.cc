@@ -2,7 +2,7 @@
 // every unit's optimizer state on NVMe or in host memory trains bit for bit as all of it on
 // NVMe (losses and final weights), with fp32 and bf16 moments, the plain and the overlapped
 // step; the state in memory stays within zinf.budgets.host_bytes and the NVMe bytes fall with
-// it (`--host-budget auto` sizes it from the memory available); a checkpoint of a mixed
+// it (the state's, and the 16-bit weights', which are cast from the master in memory) (`--host-budget auto` sizes it from the memory available); a checkpoint of a mixed
 // placement puts the units in memory in state.bin and names the others in the swap file,
 // verifies, and resumes bit for bit; bad placements are refused naming the problem.
 #include <filesystem>
@@ -101,7 +101,12 @@ TEST_P(PlacementTest, EveryMixOfHomesTrainsBitForBitAsAllOnNvme) {
     EXPECT_LE(run.summary["nvme_read_bytes"].get<uint64_t>() + 3 * per_param * c.memory_params,
               nvme.summary["nvme_read_bytes"].get<uint64_t>())
         << c.name;
-    EXPECT_LE(run.summary["nvme_write_bytes"].get<uint64_t>() + 3 * per_param * c.memory_params,
+    // Their 16-bit weights are cast from the master weights in memory, never written to NVMe:
+    // 2 bytes a parameter more saved in every step's writes.
+    EXPECT_EQ(run.summary["param16_derived_bytes"].get<uint64_t>(), 2 * c.memory_params) << c.name;
+    EXPECT_GT(run.summary["param16_derived_load_bytes"].get<uint64_t>(), 0u) << c.name;
+    EXPECT_LE(run.summary["nvme_write_bytes"].get<uint64_t>() +
+                  3 * (per_param + 2) * c.memory_params,
               nvme.summary["nvme_write_bytes"].get<uint64_t>())
         << c.name;
   }
@@ -207,6 +212,39 @@ TEST(PlacementCheckpointTest, AResumeUnderAutoKeepsTheCheckpointsPlacement) {
 // --host-budget auto (and "host_bytes": "auto" in a config) sizes the budget from the memory
 // available: the tiny model's state (328 KiB) then fits in memory whole, and trains bit for bit
 // as all of it on NVMe. Absent, nothing is in memory; the config records "auto" and null apart.
+// DeepSpeed's offload_param nvme with offload_optimizer cpu: every unit's master weights are in
+// memory, so its 16-bit weights are cast from them when loaded and nothing goes to NVMe; the
+// training is bit for bit the run with the 16-bit weights homed in pinned memory.
+TEST(PlacementTest, ParamsOnNvmeWithTheStateInMemoryWriteNothingThere) {
+  TempDir dir;
+  WriteText(dir / "pn.json",
+            R"({"zero_optimization": {"offload_param": {"device": "nvme", "nvme_path": ")" +
+                std::string(dir / "swap-pn") + R"("}, "offload_optimizer": {"device": "cpu"}}})");
+  fs::create_directories(dir / "swap-pn");
+  auto run = [&](const std::string& name, const std::string& flags) {
+    RunResult r;
+    const std::string l = dir / (name + ".jsonl"), save = dir / (name + ".safetensors"),
+                      summary = dir / (name + ".json");
+    auto z = RunZinf(Tiny(4) + " " + flags + " --losses " + l + " --save " + save +
+                         " --summary-json " + summary,
+                     dir.path());
+    EXPECT_EQ(z.exit_code, 0) << name << ": " << z.out << z.err;
+    r.losses = LossRecords({l});
+    r.weights = ReadFile(save);
+    r.summary = ReadJson(summary);
+    return r;
+  };
+  const RunResult pinned = run("cpu", "--offload cpu");
+  const RunResult pn = run("pn", "--config " + std::string(dir / "pn.json"));
+  ASSERT_EQ(pn.losses.size(), 4u);
+  EXPECT_EQ(pn.losses, pinned.losses);
+  EXPECT_TRUE(pn.weights == pinned.weights) << "final weights differ";
+  EXPECT_EQ(pn.summary["param16_derived_bytes"].get<uint64_t>(), 2 * kParams);
+  EXPECT_GT(pn.summary["param16_derived_load_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(pn.summary["nvme_write_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(pn.summary["nvme_read_bytes"].get<uint64_t>(), 0u);
+}
+
 TEST(PlacementFlagsTest, HostBudgetAutoIsSizedFromTheMemoryAvailable) {
   TempDir dir;
   RunResult nvme = Train(dir, "nvme", "");
