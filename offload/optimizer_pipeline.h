@@ -69,7 +69,8 @@ struct OptimizerUnit {
   // their outputs) must then be empty. StepHashing neither checks nor computes their hashes.
   std::array<void*, kStateRoles> in_memory{};
   // Without a param16 extent: compute the 16-bit copy all the same, for on_unit_updated only
-  // (ZeRO-1 gathers a unit's chunks before anything is written home).
+  // (ZeRO-1 gathers a unit's chunks before anything is written home; a unit whose 16-bit
+  // weights are derived from its master in memory has them installed in the host tier).
   bool param16_to_caller = false;
   const void* grad = nullptr;            // (n) host memory, grad_type; or:
   std::optional<ShardId> grad_shard;     // gradient shard (n grad_type values) of the

@@ -421,9 +421,17 @@ Status TierManager::ReadHome(ShardId id, void* dst) {
     return Status::Ok();
   }
   if (s.spec.derive) {
-    // Computed again: the caller keeps its source unchanged meanwhile (the contract).
+    // Computed again (BeginRewrite waits for it); not while the source is being changed.
+    if (s.rewrite_pending) {
+      return FailedPrecondition(fmt::format(
+          "ReadHome({}): it is derived and its source is being changed", s.spec.name));
+    }
+    s.deriving++;
     lock.unlock();
     Status st = s.spec.derive(dst);
+    lock.lock();
+    s.deriving--;
+    cv_.notify_all();
     return st.ok() ? st : st.WithContext(fmt::format("ReadHome({}): deriving it", s.spec.name));
   }
   if (h.state == Copy::kReady && !h.dirty && !h.stale) {
@@ -646,7 +654,7 @@ void TierManager::BeginRewrite(ShardId id) {
   Shard& s = *shards_[id];
   s.rewrite_pending = true;
   // A derivation in flight reads the source the caller is about to change.
-  cv_.wait(lock, [&] { return !s.deriving; });
+  cv_.wait(lock, [&] { return s.deriving == 0; });
 }
 
 void TierManager::DropOrMarkStale(ShardId id, Tier tier) {

@@ -47,10 +47,11 @@
 // - Derived shards: loads run ShardSpec::derive on one thread of the manager's (started by Seal
 //   when a derived shard exists), demand loads ahead of prefetches; the copy is then used as a
 //   read one is. The source must not change while a derivation may run: its owner calls
-//   BeginRewrite (which waits for a derivation in flight and keeps prefetch away) before
-//   changing it, and HomeRewritten, InstallPending or Invalidate after. WriteHome and a dirty
-//   release of a derived shard are refused (FailedPrecondition): its content is what derive
-//   computes. ReadHome runs derive on the calling thread.
+//   BeginRewrite before changing it (it waits for the derivations queued or running, its
+//   ReadHome's too) and HomeRewritten, InstallPending or Invalidate after; in between a
+//   demand load or ReadHome of the shard fails (FailedPrecondition) and prefetch leaves it
+//   alone. WriteHome and a dirty release of a derived shard are refused (FailedPrecondition):
+//   its content is what derive computes. ReadHome runs derive on the calling thread.
 // - Device calls: completion callbacks (on the device's stream threads and the I/O engine's
 //   reaper) take the manager's mutex and only do bookkeeping (no device call: device.h's rules).
 //   The mutex is never held while the device is synchronized or memory is allocated or freed on
@@ -269,7 +270,8 @@ class TierManager {
   // The shard's home is about to be rewritten by someone else (the optimizer pipeline): prefetch
   // leaves it alone until HomeRewritten, InstallPending or EndPending(false) says the new
   // content is known (reading the old one would be wasted, and would keep InstallPending out).
-  // A derived shard: also waits for a derivation in flight (its source may change on return).
+  // A derived shard: also waits for its derivations queued or running (its source may change
+  // on return); until one of those three calls (or Invalidate) no load of it starts.
   void BeginRewrite(ShardId id);
 
   // New content for an NVMe-homed shard whose home write (by someone else: the optimizer

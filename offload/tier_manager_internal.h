@@ -45,7 +45,7 @@ struct TierManager::Shard {
   Copy copy[2];                  // [device], [host]
   bool device_wants_host = false;  // an h2d waits for the host copy's load
   bool h2d_reading = false;  // an h2d copy reads the host copy: a host lease waits for it
-  bool deriving = false;     // a derivation fills the host copy (queued or running)
+  int deriving = 0;  // derivations reading the source: a host copy's (queued or running), ReadHome's
 };
 
 }  // namespace zinf::offload

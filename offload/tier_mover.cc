@@ -1,6 +1,7 @@
 // TierManager's mover: slots (taking, evicting, giving back), loads from NVMe and over the h2d
-// link, write-backs, prefetch and installs. Every function here REQUIRES mu_ held; completion
-// callbacks take it themselves and make no device call (device.h's rules).
+// link, derivations, write-backs, prefetch and installs. Every function here but DeriveLoop (the
+// derive thread's body, which takes it itself) REQUIRES mu_ held; completion callbacks take it
+// themselves and make no device call (device.h's rules).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -437,7 +438,7 @@ void TierManager::DeriveLoop() {
     }
     lock.lock();
     Span("derive", s.spec.name, t0);
-    s.deriving = false;
+    s.deriving--;
     if (r.ok()) stats_.derived_bytes += s.spec.bytes;
     FinishHostLoad(id, r);
   }
@@ -462,6 +463,13 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
   c.error = Status::Ok();
   if (tier == Tier::kHost) {
     if (s.spec.home == Tier::kHost) return Status::Ok();
+    if (s.spec.derive && s.rewrite_pending) {
+      // Its source is being changed (BeginRewrite): a copy now could mix old and new.
+      if (prefetch) return ResourceExhausted("prefetch: the source of a derived shard is changing");
+      return FailedPrecondition(fmt::format(
+          "loading {}: it is derived and its source is being changed (BeginRewrite without "
+          "HomeRewritten, InstallPending or Invalidate yet)", s.spec.name));
+    }
     Slot slot;
     ZINF_RETURN_IF_ERROR(Reserve(lock, Tier::kHost, id, prefetch, need_pos, &slot));
     if (c.state != Copy::kAbsent) {  // someone else started it while we waited
@@ -474,7 +482,7 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
     if (s.spec.derive) {
       // Computed on the derive thread; a demand load goes ahead of the prefetches queued.
       Log().debug("tier: derive {} (prefetch {})", s.spec.name, prefetch);
-      s.deriving = true;
+      s.deriving++;
       if (prefetch) derive_queue_.emplace_back(id, Clock::now());
       else derive_queue_.emplace_front(id, Clock::now());
       derive_cv_.notify_one();

@@ -381,7 +381,8 @@ class LayerExecutor {
   // the state (a rank's master chunk does not cover the weights it uses).
   bool Param16Derived(uint32_t unit) const { return p16_derived_[unit] != 0; }
   // Before the master weights of a unit with derived 16-bit weights change: waits for a
-  // derivation in flight, and no prefetch derives them until Param16Changed.
+  // derivation in flight, and none starts until Param16Changed (or, in the async steps, the
+  // install of the new weights or HomeRewritten).
   void BeginMasterWrite(uint32_t unit);
   // The unit's 16-bit weights are now `p16` (the cast of its new master weights): written home,
   // or for derived ones every old copy dropped (the next load derives the new ones).

@@ -411,7 +411,11 @@ Status LayerExecutor::StartAsyncStep(std::vector<uint32_t> order, bool gated) {
         began = gate_open_;
       }
       for (uint32_t u : opt_order_) {
-        if (began[u] != 0) rt_.tiers->EndPending(p16_[u], false);  // not known to be home
+        if (began[u] == 0) continue;
+        // Derived weights: the master may hold the new weights already, and the copies cast
+        // before the step must go (an installed copy was cast from the new master).
+        if (Param16Derived(u)) rt_.tiers->HomeRewritten(p16_[u]);
+        else rt_.tiers->EndPending(p16_[u], false);  // not known to be home
       }
     }
     std::lock_guard lock(opt_mu_);

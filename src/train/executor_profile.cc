@@ -70,6 +70,7 @@ Result<ProfileBounds> LayerExecutor::MeasureBounds(const int32_t* tokens, const 
 
   // NVMe alone: the optimizer state's extents (or the 16-bit weights' when the optimizer state
   // is in memory), read and then written back unchanged, one unit at a time at full depth.
+  // None when the state is in memory and the 16-bit weights are derived from it: 0 s.
   if (rt_.swap != nullptr) {
     std::vector<offload::Extent> extents;
     for (const auto& ou : opt_units_) {
@@ -82,7 +83,7 @@ Result<ProfileBounds> LayerExecutor::MeasureBounds(const int32_t* tokens, const 
       max_bytes = std::max(max_bytes, rt_.swap->Padded(e.bytes));
       total += rt_.swap->Padded(e.bytes);
     }
-    ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(max_bytes, 4096));
+    ZINF_ASSIGN_OR_RETURN(auto buf, io::AlignedBuffer::Allocate(std::max<uint64_t>(max_bytes, 4096), 4096));
     double read_s = 0, write_s = 0;
     for (const auto& e : extents) {
       const uint64_t n = rt_.swap->Padded(e.bytes);

@@ -324,7 +324,7 @@ std::string FormatPlan(const Plan& p, const GptDims& d) {
   s += fmt::format("host   : optimizer state {}\n", h(b.host_state));
   if (b.param16_derived > 0) {
     s += fmt::format("host   : 16-bit weights {} cast from the master weights in memory when "
-                     "loaded (not on NVMe)\n",
+                     "loaded (not on NVMe; the swap file keeps their extents, never written)\n",
                      h(b.param16_derived));
   }
   s += fmt::format("nvme   : optimizer state {} (x{} generations: {}), 16-bit weights {}, "

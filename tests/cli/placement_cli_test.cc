@@ -2,8 +2,8 @@
 // every unit's optimizer state on NVMe or in host memory trains bit for bit as all of it on
 // NVMe (losses and final weights), with fp32 and bf16 moments, the plain and the overlapped
 // step; the state in memory stays within zinf.budgets.host_bytes and the NVMe bytes fall with
-// it (the state's, and the 16-bit weights', which are cast from the master in memory) (`--host-budget auto` sizes it from the memory available); a checkpoint of a mixed
-// placement puts the units in memory in state.bin and names the others in the swap file,
+// it (the state's, and the 16-bit weights', which are cast from the master in memory;
+// `--host-budget auto` sizes it from the memory available); a checkpoint of a mixed placement puts the units in memory in state.bin and names the others in the swap file,
 // verifies, and resumes bit for bit; bad placements are refused naming the problem.
 #include <filesystem>
 #include <fstream>
@@ -209,14 +209,24 @@ TEST(PlacementCheckpointTest, AResumeUnderAutoKeepsTheCheckpointsPlacement) {
   EXPECT_TRUE(ReadFile(dir / "b.safetensors") == ref.weights) << "final weights differ";
 }
 
-// --host-budget auto (and "host_bytes": "auto" in a config) sizes the budget from the memory
-// available: the tiny model's state (328 KiB) then fits in memory whole, and trains bit for bit
-// as all of it on NVMe. Absent, nothing is in memory; the config records "auto" and null apart.
 // DeepSpeed's offload_param nvme with offload_optimizer cpu: every unit's master weights are in
 // memory, so its 16-bit weights are cast from them when loaded and nothing goes to NVMe; the
-// training is bit for bit the run with the 16-bit weights homed in pinned memory.
-TEST(PlacementTest, ParamsOnNvmeWithTheStateInMemoryWriteNothingThere) {
+// training is bit for bit the run with the 16-bit weights homed in pinned memory: the step
+// under the next forward, the overlapped step (Adam unit by unit during backward), and budgets
+// that hold one unit at a time on the device and few in the pinned pool (each weight derived
+// again, evictions in both tiers).
+struct ParamsOnNvmeCase {
+  std::string name;
+  std::string model;   // the train flags of the model and its device budget
+  std::string pinned;  // the pinned budget of the run with the weights on NVMe
+  std::string extra;
+};
+
+class ParamsOnNvmeTest : public ::testing::TestWithParam<ParamsOnNvmeCase> {};
+
+TEST_P(ParamsOnNvmeTest, WithTheStateInMemoryTrainBitForBitAndWriteNothingThere) {
   TempDir dir;
+  const ParamsOnNvmeCase& c = GetParam();
   WriteText(dir / "pn.json",
             R"({"zero_optimization": {"offload_param": {"device": "nvme", "nvme_path": ")" +
                 std::string(dir / "swap-pn") + R"("}, "offload_optimizer": {"device": "cpu"}}})");
@@ -225,8 +235,8 @@ TEST(PlacementTest, ParamsOnNvmeWithTheStateInMemoryWriteNothingThere) {
     RunResult r;
     const std::string l = dir / (name + ".jsonl"), save = dir / (name + ".safetensors"),
                       summary = dir / (name + ".json");
-    auto z = RunZinf(Tiny(4) + " " + flags + " --losses " + l + " --save " + save +
-                         " --summary-json " + summary,
+    auto z = RunZinf(c.model + " " + flags + " " + c.extra + " --losses " + l + " --save " +
+                         save + " --summary-json " + summary,
                      dir.path());
     EXPECT_EQ(z.exit_code, 0) << name << ": " << z.out << z.err;
     r.losses = LossRecords({l});
@@ -234,17 +244,44 @@ TEST(PlacementTest, ParamsOnNvmeWithTheStateInMemoryWriteNothingThere) {
     r.summary = ReadJson(summary);
     return r;
   };
-  const RunResult pinned = run("cpu", "--offload cpu");
-  const RunResult pn = run("pn", "--config " + std::string(dir / "pn.json"));
+  const RunResult pinned = run("cpu", "--offload cpu --pinned-budget 16M");
+  const RunResult pn =
+      run("pn", "--config " + std::string(dir / "pn.json") + " --pinned-budget " + c.pinned);
   ASSERT_EQ(pn.losses.size(), 4u);
   EXPECT_EQ(pn.losses, pinned.losses);
   EXPECT_TRUE(pn.weights == pinned.weights) << "final weights differ";
-  EXPECT_EQ(pn.summary["param16_derived_bytes"].get<uint64_t>(), 2 * kParams);
-  EXPECT_GT(pn.summary["param16_derived_load_bytes"].get<uint64_t>(), 0u);
+  const uint64_t p16 = pn.summary["param16_bytes"].get<uint64_t>();
+  EXPECT_EQ(pn.summary["param16_derived_bytes"].get<uint64_t>(), p16);
+  // Every step loads every unit's weights at least once (forward), all of them derived.
+  EXPECT_GE(pn.summary["param16_derived_load_bytes"].get<uint64_t>(), 4 * p16);
   EXPECT_EQ(pn.summary["nvme_write_bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(pn.summary["nvme_read_bytes"].get<uint64_t>(), 0u);
+  if (c.name == "TightBudgets") {  // the copies were evicted and derived again
+    EXPECT_GT(pn.summary["host_evictions"].get<uint64_t>(), 0u);
+    EXPECT_GT(pn.summary["device_evictions"].get<uint64_t>(), 0u);
+    EXPECT_GT(pn.summary["param16_derived_load_bytes"].get<uint64_t>(), 4 * p16);
+  }
 }
 
+const std::string kTinyModel =
+    "train --layers 2 --width 32 --heads 4 --seq-len 16 --vocab 64 --batch 4 --steps 4 "
+    "--device-budget 4M --synthetic-bytes 65536";
+INSTANTIATE_TEST_SUITE_P(
+    Steps, ParamsOnNvmeTest,
+    ::testing::Values(ParamsOnNvmeCase{"UnderTheNextForward", kTinyModel, "16M", ""},
+                      ParamsOnNvmeCase{"Overlapped", kTinyModel, "16M", "--overlap-adam"},
+                      // 0.8M parameters: its units' 16-bit weights (1.6 MB) exceed the pinned
+                      // pool's cache, and one unit at a time fits on the device.
+                      ParamsOnNvmeCase{"TightBudgets",
+                                       "train --layers 4 --width 128 --heads 4 --seq-len 16 "
+                                       "--vocab 64 --batch 4 --steps 4 --device-budget 4M "
+                                       "--synthetic-bytes 65536",
+                                       "3M", ""}),
+    [](const auto& info) { return info.param.name; });
+
+// --host-budget auto (and "host_bytes": "auto" in a config) sizes the budget from the memory
+// available: the tiny model's state (328 KiB) then fits in memory whole, and trains bit for bit
+// as all of it on NVMe. Absent, nothing is in memory; the config records "auto" and null apart.
 TEST(PlacementFlagsTest, HostBudgetAutoIsSizedFromTheMemoryAvailable) {
   TempDir dir;
   RunResult nvme = Train(dir, "nvme", "");

@@ -1,8 +1,9 @@
 // offload::TierManager's derived shards (ShardSpec::derive): loads compute the content instead
 // of reading NVMe, in both tiers and by prefetch; nothing of them reaches the disk; BeginRewrite
 // waits for a derivation in flight, and after the source changes the next load sees the new
-// content; a failed derivation reaches its waiter naming the shard; what would write a derived
-// shard home is refused.
+// content; while the source changes no load starts (demand loads and ReadHome are refused); a
+// failed derivation reaches its waiter naming the shard; what would write a derived shard home
+// is refused.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -55,21 +56,21 @@ std::vector<uint8_t> Leased(TierManager& tm, ShardId id, Tier tier) {
   return out;
 }
 
-TEST(TierManagerDeriveTest, LoadsComputeTheContentAndNeverTouchTheDisk) {
+// Two steps (forward, then backward in reverse) of device loads of six derived shards, under
+// budgets of two device and three host copies: copies are evicted and derived again.
+TierStats TwoSteps(bool prefetch) {
+  Sources src(6);  // before the rig: the manager's derive thread may read it until the end
   Rig rig;
-  ASSERT_TRUE(rig.Make(8 << 20, 4 << 20).ok());
-  Sources src(6);
+  EXPECT_TRUE(rig.Make(2 * kShard, 3 * kShard + (64 << 10), prefetch).ok());
   std::vector<ShardId> ids;
   for (int i = 0; i < 6; ++i) {
     auto id = rig.tm->Register({.name = fmt::format("d{}", i), .bytes = kShard,
                                 .derive = src.Derive(i)});
-    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
     ids.push_back(*id);
   }
   EXPECT_EQ(rig.swap->allocated(), 0u);  // no extent for a derived shard
-  ASSERT_TRUE(rig.Seal(1, 1).ok());
-  // Two steps (forward, then backward in reverse) of device loads; the pinned budget holds
-  // fewer than six host copies, so some are derived again.
+  EXPECT_TRUE(rig.Seal(1, 1).ok());
   for (int step = 0; step < 2; ++step) {
     for (int pass = 0; pass < 2; ++pass) {
       for (int k = 0; k < 6; ++k) {
@@ -81,20 +82,87 @@ TEST(TierManagerDeriveTest, LoadsComputeTheContentAndNeverTouchTheDisk) {
   }
   for (int i = 0; i < 6; ++i) EXPECT_EQ(Leased(*rig.tm, ids[i], Tier::kHost), src.Expected(i));
   std::vector<uint8_t> read(kShard);
-  ASSERT_TRUE(rig.tm->ReadHome(ids[3], read.data()).ok());
+  EXPECT_TRUE(rig.tm->ReadHome(ids[3], read.data()).ok());
   EXPECT_EQ(read, src.Expected(3));
-  const TierStats st = rig.tm->stats();
-  EXPECT_EQ(st.nvme_read_bytes, 0u);
-  EXPECT_EQ(st.nvme_write_bytes, 0u);
-  EXPECT_GE(st.derived_bytes, 6 * kShard);
-  EXPECT_EQ(st.derived_bytes % kShard, 0u);
-  EXPECT_GT(st.prefetch_hits, 0u);  // step two's loads were derived ahead
+  return rig.tm->stats();  // the manager (and its queued derivations) ends before src
+}
+
+TEST(TierManagerDeriveTest, LoadsComputeTheContentAndNeverTouchTheDisk) {
+  const TierStats on = TwoSteps(/*prefetch=*/true);
+  const TierStats off = TwoSteps(/*prefetch=*/false);
+  for (const TierStats& st : {on, off}) {
+    EXPECT_EQ(st.nvme_read_bytes, 0u);
+    EXPECT_EQ(st.nvme_write_bytes, 0u);
+    EXPECT_EQ(st.derived_bytes % kShard, 0u);
+    // Three host copies for six shards: loads derive again in the second step.
+    EXPECT_GT(st.derived_bytes, 6 * kShard);
+    EXPECT_GT(st.host_evictions, 0u);
+  }
+  // Prefetch derives ahead: more acquires find their copy in place than without it.
+  EXPECT_GT(on.prefetch_hits, off.prefetch_hits);
+}
+
+TEST(TierManagerDeriveTest, DuringARewriteNoLoadStartsAndBeginRewriteWaitsForQueuedOnes) {
+  Sources src(2);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, go = false;
+  auto held = [&](void* dst) {  // holds the derive thread until `go`
+    {
+      std::unique_lock lock(mu);
+      entered = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return go; });
+    }
+    return src.Derive(0)(dst);
+  };
+  Rig rig;
+  ASSERT_TRUE(rig.Make(8 << 20, 4 << 20).ok());
+  auto first = rig.tm->Register({.name = "held", .bytes = kShard, .derive = held});
+  auto second = rig.tm->Register({.name = "queued", .bytes = kShard, .derive = src.Derive(1)});
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_TRUE(rig.Seal(2, 2).ok());
+  auto a = std::async(std::launch::async, [&] { return Leased(*rig.tm, *first, Tier::kHost); });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return entered; });
+  }
+  // The second shard's derivation queues behind the held one.
+  auto b = std::async(std::launch::async, [&] { return Leased(*rig.tm, *second, Tier::kHost); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::atomic<bool> began{false};
+  auto begin = std::async(std::launch::async, [&] {
+    rig.tm->BeginRewrite(*second);
+    began = true;
+  });
+  EXPECT_EQ(begin.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  EXPECT_FALSE(began.load()) << "BeginRewrite returned with a derivation of the shard queued";
+  {
+    std::lock_guard lock(mu);
+    go = true;
+    cv.notify_all();
+  }
+  begin.get();
+  EXPECT_EQ(a.get(), src.Expected(0));
+  EXPECT_EQ(b.get(), src.Expected(1));
+  // Until the rewrite ends no load of it starts: a demand load is refused, not torn.
+  ASSERT_TRUE(rig.tm->Invalidate(*second).ok());  // drops the copy (and ends the rewrite)
+  rig.tm->BeginRewrite(*second);
+  auto during = rig.tm->Acquire(*second, Tier::kHost);
+  ASSERT_FALSE(during.ok());
+  EXPECT_EQ(during.status().code(), StatusCode::kFailedPrecondition) << during.status().ToString();
+  EXPECT_NE(during.status().ToString().find("being changed"), std::string::npos);
+  std::vector<uint8_t> read(kShard);
+  EXPECT_EQ(rig.tm->ReadHome(*second, read.data()).code(), StatusCode::kFailedPrecondition);
+  src.bytes[1].assign(kShard, 42);
+  rig.tm->HomeRewritten(*second);
+  EXPECT_EQ(Leased(*rig.tm, *second, Tier::kDevice), src.Expected(1));
 }
 
 TEST(TierManagerDeriveTest, BeginRewriteWaitsForADerivationInFlightThenLoadsSeeTheNewSource) {
+  Sources src(1);  // before the rig: the derive thread may read it until the rig ends
   Rig rig;
   ASSERT_TRUE(rig.Make(8 << 20, 4 << 20).ok());
-  Sources src(1);
   std::mutex mu;
   std::condition_variable cv;
   bool entered = false, go = false;
@@ -137,9 +205,9 @@ TEST(TierManagerDeriveTest, BeginRewriteWaitsForADerivationInFlightThenLoadsSeeT
 }
 
 TEST(TierManagerDeriveTest, AFailedDerivationReachesItsWaiterNamingTheShard) {
+  std::atomic<bool> fail{true};  // before the rig, which its derive function outlives
   Rig rig;
   ASSERT_TRUE(rig.Make(8 << 20, 4 << 20).ok());
-  bool fail = true;
   auto id = rig.tm->Register({.name = "block7.param16", .bytes = kShard,
                               .derive = [&](void* dst) {
                                 if (fail) return DataLoss("the source is gone");
@@ -160,9 +228,9 @@ TEST(TierManagerDeriveTest, AFailedDerivationReachesItsWaiterNamingTheShard) {
 }
 
 TEST(TierManagerDeriveTest, WritingADerivedShardHomeIsRefused) {
+  Sources src(1);
   Rig rig;
   ASSERT_TRUE(rig.Make(8 << 20, 4 << 20).ok());
-  Sources src(1);
   auto host_home = rig.tm->Register(
       {.name = "h", .bytes = kShard, .home = Tier::kHost, .derive = src.Derive(0)});
   ASSERT_FALSE(host_home.ok());
