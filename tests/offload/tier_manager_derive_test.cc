@@ -45,17 +45,6 @@ struct Sources {
   }
 };
 
-std::vector<uint8_t> Leased(TierManager& tm, ShardId id, Tier tier) {
-  auto lease = tm.Acquire(id, tier);
-  EXPECT_TRUE(lease.ok()) << lease.status().ToString();
-  if (!lease.ok()) return {};
-  auto p = lease->Wait();
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  std::vector<uint8_t> out = p.ok() ? Bytes(*p, kShard) : std::vector<uint8_t>();
-  EXPECT_TRUE(tm.Release(std::move(*lease), false).ok());
-  return out;
-}
-
 // Two steps (forward, then backward in reverse) of device loads of six derived shards, under
 // budgets of two device and three host copies: copies are evicted and derived again.
 TierStats TwoSteps(bool prefetch) {
@@ -75,12 +64,12 @@ TierStats TwoSteps(bool prefetch) {
     for (int pass = 0; pass < 2; ++pass) {
       for (int k = 0; k < 6; ++k) {
         const int i = pass == 0 ? k : 5 - k;
-        EXPECT_EQ(Leased(*rig.tm, ids[i], Tier::kDevice), src.Expected(i)) << i;
+        EXPECT_EQ(LeasedBytes(*rig.tm, ids[i], Tier::kDevice), src.Expected(i)) << i;
       }
     }
     rig.tm->EndStep();
   }
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(Leased(*rig.tm, ids[i], Tier::kHost), src.Expected(i));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(LeasedBytes(*rig.tm, ids[i], Tier::kHost), src.Expected(i));
   std::vector<uint8_t> read(kShard);
   EXPECT_TRUE(rig.tm->ReadHome(ids[3], read.data()).ok());
   EXPECT_EQ(read, src.Expected(3));
@@ -122,13 +111,13 @@ TEST(TierManagerDeriveTest, DuringARewriteNoLoadStartsAndBeginRewriteWaitsForQue
   auto second = rig.tm->Register({.name = "queued", .bytes = kShard, .derive = src.Derive(1)});
   ASSERT_TRUE(first.ok() && second.ok());
   ASSERT_TRUE(rig.Seal(2, 2).ok());
-  auto a = std::async(std::launch::async, [&] { return Leased(*rig.tm, *first, Tier::kHost); });
+  auto a = std::async(std::launch::async, [&] { return LeasedBytes(*rig.tm, *first, Tier::kHost); });
   {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return entered; });
   }
   // The second shard's derivation queues behind the held one.
-  auto b = std::async(std::launch::async, [&] { return Leased(*rig.tm, *second, Tier::kHost); });
+  auto b = std::async(std::launch::async, [&] { return LeasedBytes(*rig.tm, *second, Tier::kHost); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::atomic<bool> began{false};
   auto begin = std::async(std::launch::async, [&] {
@@ -156,7 +145,7 @@ TEST(TierManagerDeriveTest, DuringARewriteNoLoadStartsAndBeginRewriteWaitsForQue
   EXPECT_EQ(rig.tm->ReadHome(*second, read.data()).code(), StatusCode::kFailedPrecondition);
   src.bytes[1].assign(kShard, 42);
   rig.tm->HomeRewritten(*second);
-  EXPECT_EQ(Leased(*rig.tm, *second, Tier::kDevice), src.Expected(1));
+  EXPECT_EQ(LeasedBytes(*rig.tm, *second, Tier::kDevice), src.Expected(1));
 }
 
 TEST(TierManagerDeriveTest, BeginRewriteWaitsForADerivationInFlightThenLoadsSeeTheNewSource) {
@@ -178,7 +167,7 @@ TEST(TierManagerDeriveTest, BeginRewriteWaitsForADerivationInFlightThenLoadsSeeT
   auto id = rig.tm->Register({.name = "slow", .bytes = kShard, .derive = slow});
   ASSERT_TRUE(id.ok());
   ASSERT_TRUE(rig.Seal(1, 1).ok());
-  auto loaded = std::async(std::launch::async, [&] { return Leased(*rig.tm, *id, Tier::kHost); });
+  auto loaded = std::async(std::launch::async, [&] { return LeasedBytes(*rig.tm, *id, Tier::kHost); });
   {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return entered; });
@@ -201,7 +190,7 @@ TEST(TierManagerDeriveTest, BeginRewriteWaitsForADerivationInFlightThenLoadsSeeT
   // The owner changes the source, then says so: the next load derives the new content.
   src.bytes[0].assign(kShard, 77);
   ASSERT_TRUE(rig.tm->Invalidate(*id).ok());
-  EXPECT_EQ(Leased(*rig.tm, *id, Tier::kDevice), src.Expected(0));
+  EXPECT_EQ(LeasedBytes(*rig.tm, *id, Tier::kDevice), src.Expected(0));
 }
 
 TEST(TierManagerDeriveTest, AFailedDerivationReachesItsWaiterNamingTheShard) {
@@ -224,7 +213,7 @@ TEST(TierManagerDeriveTest, AFailedDerivationReachesItsWaiterNamingTheShard) {
   EXPECT_NE(p.status().ToString().find("the source is gone"), std::string::npos);
   rig.tm->Release(std::move(*lease), false).IgnoreError();
   fail = false;  // a later load tries again
-  EXPECT_EQ(Leased(*rig.tm, *id, Tier::kHost), std::vector<uint8_t>(kShard, 5));
+  EXPECT_EQ(LeasedBytes(*rig.tm, *id, Tier::kHost), std::vector<uint8_t>(kShard, 5));
 }
 
 TEST(TierManagerDeriveTest, WritingADerivedShardHomeIsRefused) {
@@ -249,7 +238,7 @@ TEST(TierManagerDeriveTest, WritingADerivedShardHomeIsRefused) {
   Status r = rig.tm->Release(std::move(*lease), /*dirty=*/true);
   EXPECT_EQ(r.code(), StatusCode::kFailedPrecondition) << r.ToString();
   // The changed copy was dropped: the next lease sees what derive computes.
-  EXPECT_EQ(Leased(*rig.tm, *id, Tier::kHost), src.Expected(0));
+  EXPECT_EQ(LeasedBytes(*rig.tm, *id, Tier::kHost), src.Expected(0));
   EXPECT_EQ(rig.tm->stats().nvme_write_bytes, 0u);
 }
 

@@ -20,14 +20,7 @@ using namespace tm_rig;  // NOLINT: the rig's helpers
 
 // Reads the shard's device copy through a lease.
 std::vector<uint8_t> DeviceBytes(TierManager& tm, ShardId id) {
-  auto lease = tm.Acquire(id, Tier::kDevice);
-  EXPECT_TRUE(lease.ok()) << lease.status().ToString();
-  if (!lease.ok()) return {};
-  auto p = lease->Wait();
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  std::vector<uint8_t> out = p.ok() ? Bytes(*p, kShard) : std::vector<uint8_t>();
-  EXPECT_TRUE(tm.Release(std::move(*lease), false).ok());
-  return out;
+  return LeasedBytes(tm, id, Tier::kDevice);
 }
 
 TEST(TierManagerHomeWriteTest, WritesTheHostHomeInPlaceAndDropsTheOldDeviceCopy) {

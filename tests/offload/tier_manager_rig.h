@@ -97,4 +97,16 @@ inline std::vector<uint8_t> Bytes(void* p, uint64_t n) {
   return std::vector<uint8_t>(b, b + n);
 }
 
+// A kShard-byte shard's copy in `tier`, read through a lease released clean (empty on failure).
+inline std::vector<uint8_t> LeasedBytes(TierManager& tm, ShardId id, Tier tier) {
+  auto lease = tm.Acquire(id, tier);
+  EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+  if (!lease.ok()) return {};
+  auto p = lease->Wait();
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  std::vector<uint8_t> out = p.ok() ? Bytes(*p, kShard) : std::vector<uint8_t>();
+  EXPECT_TRUE(tm.Release(std::move(*lease), false).ok());
+  return out;
+}
+
 }  // namespace zinf::offload::tm_rig
