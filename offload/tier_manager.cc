@@ -572,6 +572,11 @@ Result<Lease::Ready> TierManager::WaitFor(ShardId id, Tier tier, bool enqueued_o
       ZINF_RETURN_IF_ERROR(StartLoad(lock, id, tier, false, trace_.pos()));
       continue;
     }
+    // A waiter for a derived shard's copy (a device copy waits for the host one) takes the
+    // derivation ahead of the prefetches queued before it.
+    if (!waited && s.spec.derive && s.copy[kHostIdx].state == Copy::kLoading) {
+      PromoteDerivation(id);
+    }
     waited = true;
     cv_.wait(lock);
   }

@@ -163,6 +163,7 @@ struct TierStats {
   uint64_t overwrites = 0, discards = 0;  // reads and write-backs saved by those modes
   uint64_t installs = 0;                  // InstallPending copies (NVMe reads saved)
   uint64_t derived_bytes = 0;             // host copies of derived shards computed (not read)
+  uint64_t derive_promotions = 0;  // queued prefetch derivations moved ahead for a waiter
   uint64_t peak_host_bytes = 0, peak_device_bytes = 0;
 };
 
@@ -340,6 +341,9 @@ class TierManager {
   void FinishHostLoad(ShardId id, const Status& r);
   // The derive thread: runs queued derivations until stopped with an empty queue.
   void DeriveLoop();
+  // A derivation of `id` queued and not started moves to the queue's front (a caller waits for
+  // it). REQUIRES mu_ held.
+  void PromoteDerivation(ShardId id);
   void EndPendingLocked(ShardId id, bool home_written);
   // A copy holding outdated content: freed now when idle, else marked stale (dropped before its
   // next use, or when its transfer or lease ends). No-op when absent.

@@ -444,6 +444,16 @@ void TierManager::DeriveLoop() {
   }
 }
 
+void TierManager::PromoteDerivation(ShardId id) {
+  auto it = std::find_if(derive_queue_.begin(), derive_queue_.end(),
+                         [id](const auto& e) { return e.first == id; });
+  if (it == derive_queue_.end() || it == derive_queue_.begin()) return;  // running, or next
+  const auto entry = *it;
+  derive_queue_.erase(it);
+  derive_queue_.push_front(entry);
+  stats_.derive_promotions++;
+}
+
 Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier,
                               bool prefetch, size_t need_pos) {
   Shard& s = *shards_[id];

@@ -3,7 +3,7 @@
 // waits for a derivation in flight, and after the source changes the next load sees the new
 // content; while the source changes no load starts (demand loads and ReadHome are refused); a
 // failed derivation reaches its waiter naming the shard; what would write a derived shard home
-// is refused.
+// is refused; a waiter's derivation goes ahead of the prefetches queued before it.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -214,6 +214,73 @@ TEST(TierManagerDeriveTest, AFailedDerivationReachesItsWaiterNamingTheShard) {
   rig.tm->Release(std::move(*lease), false).IgnoreError();
   fail = false;  // a later load tries again
   EXPECT_EQ(LeasedBytes(*rig.tm, *id, Tier::kHost), std::vector<uint8_t>(kShard, 5));
+}
+
+// The derive thread is held by a demand load while the prefetcher queues the next four shards;
+// a caller then waits for the last of them: its derivation runs next, before the three
+// prefetches queued ahead of it.
+TEST(TierManagerDeriveTest, AWaiterTakesItsQueuedDerivationAheadOfEarlierPrefetches) {
+  Sources src(5);  // before the rig: the derive thread may read it until the rig ends
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = false, entered = false;
+  std::vector<int> order;  // shards in the order they were derived
+  auto fn = [&](int i) {
+    return [&, i](void* dst) {
+      {
+        std::unique_lock lock(mu);
+        order.push_back(i);
+        if (i == 0 && hold) {
+          entered = true;
+          cv.notify_all();
+          cv.wait(lock, [&] { return !hold; });
+        }
+      }
+      return src.Derive(i)(dst);
+    };
+  };
+  Rig rig;
+  ASSERT_TRUE(rig.Make(8 << 20, 8 << 20).ok());  // room for every host copy
+  std::vector<ShardId> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto id = rig.tm->Register({.name = fmt::format("d{}", i), .bytes = kShard, .derive = fn(i)});
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+  }
+  ASSERT_TRUE(rig.Seal(2, 2).ok());
+  for (ShardId id : ids) Touch(*rig.tm, id, Tier::kHost);  // a step: the prefetcher's trace
+  rig.tm->EndStep();
+  for (ShardId id : ids) ASSERT_TRUE(rig.tm->Invalidate(id).ok());  // the next loads derive
+  {
+    std::lock_guard lock(mu);
+    order.clear();
+    hold = true;
+  }
+  auto first = rig.tm->Acquire(ids[0], Tier::kHost);  // derives d0 (held), prefetches d1..d4
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return entered; });
+  }
+  auto last = std::async(std::launch::async, [&] { return LeasedBytes(*rig.tm, ids[4], Tier::kHost); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (rig.tm->stats().derive_promotions == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(rig.tm->stats().derive_promotions, 1u) << "the waiter's derivation was not moved ahead";
+  {
+    std::lock_guard lock(mu);
+    hold = false;
+    cv.notify_all();
+  }
+  auto p = first->Wait();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(Bytes(*p, kShard), src.Expected(0));
+  ASSERT_TRUE(rig.tm->Release(std::move(*first), false).ok());
+  EXPECT_EQ(last.get(), src.Expected(4));
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(LeasedBytes(*rig.tm, ids[i], Tier::kHost), src.Expected(i));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(order, (std::vector<int>{0, 4, 1, 2, 3}));
 }
 
 TEST(TierManagerDeriveTest, WritingADerivedShardHomeIsRefused) {
