@@ -4,15 +4,10 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/half_convert.h"
+
 namespace zinf::comm {
 namespace {
-
-float Bf16ToFloat(uint16_t b) {
-  const uint32_t bits = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // dst[i] = ((0 + s_0[i]) + s_1[i]) + ... for i in [from, n), kBlock elements at a time: each
 // block's sums are kept aside until every source of the block is read, then stored, in
@@ -90,7 +85,7 @@ void SumF32(const void* const* srcs, size_t count, void* dst, size_t n) {
   using S = std::conditional_t<kBf16, uint16_t, float>;
   SumBlocks<float, S>(srcs, count, dst, i, n, [](S v) {
     if constexpr (kBf16) {
-      return Bf16ToFloat(v);
+      return kernels::Bf16ToFloat(v);
     } else {
       return v;
     }
@@ -98,31 +93,6 @@ void SumF32(const void* const* srcs, size_t count, void* dst, size_t n) {
 }
 
 }  // namespace
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf or NaN (payload kept)
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;  // ±0
-  } else {
-    // Subnormal: normalize (exponent of the leading bit), exact in fp32.
-    exp = 113;
-    while ((mant & 0x400u) == 0) {
-      mant <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 bool ReducePair(DType send, DType recv) {
   switch (recv) {
@@ -146,7 +116,7 @@ void SumInOrder(DType src_type, const void* const* srcs, size_t count, DType dst
       if (src_type == DType::kF32) return SumF32<false>(srcs, count, dst, n);
       if (src_type == DType::kBf16) return SumF32<true>(srcs, count, dst, n);
       return SumBlocks<float, uint16_t>(srcs, count, dst, 0, n,
-                                        [](uint16_t h) { return HalfToFloat(h); });
+                                        [](uint16_t h) { return kernels::F16ToFloat(h); });
     case DType::kF64:
       return SumBlocks<double, double>(srcs, count, dst, 0, n, same);
     case DType::kI32:

@@ -3,7 +3,7 @@
 // Contract: ReducePair(send, recv) says whether a reduction from send_type into recv_type is
 // supported (communicator.h lists the pairs). SumInOrder sums in the destination type, element
 // by element, in rank order: the same bits whatever the caller's chunking (NaN payloads aside:
-// which of two NaNs an addition returns may vary). Widening bf16 and fp16 to fp32 is exact.
+// which of two NaNs an addition returns may vary). Widening bf16 and fp16 to fp32 is exact (kernels/cpu/half_convert.h's conversions).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -24,7 +24,5 @@ bool ReducePair(DType send, DType recv);
 // source bytes not yet read.
 void SumInOrder(DType src_type, const void* const* srcs, size_t count, DType dst_type, void* dst,
                 size_t n);
-// fp16 bits to fp32, exactly (subnormals, infinities and NaNs included).
-float HalfToFloat(uint16_t h);
 
 }  // namespace zinf::comm

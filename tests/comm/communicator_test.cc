@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "kernels/cpu/half_convert.h"
 #include "src/comm/reduce.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -200,7 +201,7 @@ TEST_P(CollectivesTest, ReduceScatterIntegersDoublesHalvesAndInPlace) {
       for (int p = 0; p < w; ++p) {
         s64 += int64_t(p) << 40 | int64_t(j);
         sd += double(p) * 0.5 + double(j);
-        s16 += HalfToFloat(uint16_t(0x3c00 + p));
+        s16 += kernels::F16ToFloat(uint16_t(0x3c00 + p));
         s32 += p + int32_t(j);
       }
       EXPECT_EQ(o64[size_t(r)][i], s64);
