@@ -112,10 +112,10 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
         return InvalidArgument(fmt::format(
             "optimizer unit {}: a gradient shard needs OptimizerPipelineOptions::grads", i));
       }
-      if (options_.grads->spec(*u.grad_shard).bytes != kernels::DTypeSize(u.grad_type) * u.n) {
+      if (options_.grads->spec(*u.grad_shard).bytes < kernels::DTypeSize(u.grad_type) * u.n) {
         return InvalidArgument(
-            fmt::format("optimizer unit {}: its gradient shard must hold {} {} values", i, u.n,
-                        kernels::DTypeName(u.grad_type)));
+            fmt::format("optimizer unit {}: its gradient shard must hold at least {} {} values",
+                        i, u.n, kernels::DTypeName(u.grad_type)));
       }
     }
     const uint64_t mb = StateRoleBytes(kExpAvgState, u.n, options_.moment_type);
@@ -327,6 +327,8 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     auto a0 = Clock::now();
     auto info = kernels::AdamStep(hyper, b, ao);
     auto a1 = Clock::now();
+    // The 16-bit copy goes home padded to the alignment: with zeros, not an earlier unit's bytes.
+    if (want16) std::memset(slab + l.param16 + 2 * u.n, 0, l.param16_bytes - 2 * u.n);
     if (grad_leases[i]) {
       Status r = options_.grads->Release(std::move(*grad_leases[i]), false);
       grad_leases[i].reset();

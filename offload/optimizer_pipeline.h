@@ -73,7 +73,8 @@ struct OptimizerUnit {
   // weights are derived from its master in memory has them installed in the host tier).
   bool param16_to_caller = false;
   const void* grad = nullptr;            // (n) host memory, grad_type; or:
-  std::optional<ShardId> grad_shard;     // gradient shard (n grad_type values) of the
+  std::optional<ShardId> grad_shard;     // gradient shard (n grad_type values, or more: the
+                                         // first n are read; a ZeRO chunk padded) of the
                                          // pipeline's TierManager
   kernels::DType grad_type = kernels::DType::kF32;
   // bf16 moments rounded stochastically: the unit's stream (kernels::StateRoundingSeed's

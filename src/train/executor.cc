@@ -297,7 +297,7 @@ offload::SealOptions LayerExecutor::SealPlan() const {
   // the last backward (gated) leases one unit's at a time beside the hand-overs (with
   // overlap_adam its Adam runs while backward goes on; across ranks the training thread's
   // reduction of a unit waits for the hand-overs first).
-  const bool gated = options_.optimizer_on_nvme && options_.async_optimizer;
+  const bool gated = options_.optimizer_on_nvme && options_.async_optimizer && !partitioned_;
   o.max_leases[kHost][kGrad] = std::max<uint32_t>(kHandOverDepth + (gated ? 1 : 0),
                                                   options_.optimizer_on_nvme ? 2 : 1);
   o.spare = {0, 1};  // one host slot per size for a copy in transfer
@@ -378,9 +378,13 @@ Status LayerExecutor::RegisterShards() {
     }
     if (p16_nvme) {
       ZINF_ASSIGN_OR_RETURN(p16_home, rt_.swap->Allocate(Param16Bytes(pn)));
-      // ZeRO-1 with the pipeline: it updates a chunk and writes no 16-bit weights home (the
-      // gathered unit is, by GatherParam16).
+      // ZeRO-1/2 with the pipeline: it updates a chunk and writes no 16-bit weights home (the
+      // gathered unit is, by GatherParam16). ZeRO-3: the shard is the chunk, padded with zeros
+      // to `per` values: the pipeline writes its first Param16Bytes(len) (padded with zeros to
+      // the alignment) when it steps under the next forward; the padding after stays as the
+      // first WriteHome left it, zero.
       if (!(partitioned_ && options_.optimizer_on_nvme)) ou.param16 = p16_home;
+      else if (partitioned_params_) ou.param16 = {p16_home.offset, Param16Bytes(sn)};
     }
     offload::ShardSpec p{.name = dims_.UnitName(u) + ".param16", .unit = u,
                          .role = offload::Role::kParam16, .bytes = Param16Bytes(pn),

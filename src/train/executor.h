@@ -148,7 +148,9 @@ struct ExecutorOptions {
   // through its tiers as any shard; before a unit's forward and again before its backward the
   // chunks are all-gathered (in the pinned pool) and copied to one device buffer of the largest
   // unit, widened, and dropped: nothing of a unit stays on the device past its use (FSDP's
-  // reshard_after_forward). The optimizer writes each rank's new chunk home, no gather.
+  // reshard_after_forward). The optimizer writes each rank's new chunk home, no gather: with
+  // the state on NVMe and async_optimizer its step runs under the next forward, as one rank's
+  // (OptimizerStep), and the gather of each unit waits for the unit's new shard.
   bool partition_params = false;
 };
 
@@ -246,8 +248,8 @@ class LayerExecutor {
   // micro-batch (ForwardBackward with last = true).
   double grad_sum_squares() const { return grad_sum_squares_; }
   // hyper.grad_scale should fold in the loss-scale unscaling and the clipping coefficient.
-  // With the optimizer state on NVMe (and ExecutorOptions::async_optimizer) the step only STARTS
-  // here: the pipeline runs on its own thread under the next forward, each unit's new param16
+  // With the optimizer state on NVMe (and ExecutorOptions::async_optimizer; across ranks only
+  // with ZeRO-3, whose step has no collective) the step only STARTS here: the pipeline runs on its own thread under the next forward, each unit's new param16
   // taken by that forward the moment the unit's writes completed (FetchWeights waits for it);
   // the returned stats are then empty and the step's are added to stats() when it finishes
   // (at the next backward, or FinishOptimizerStep). Errors surface there.
@@ -401,7 +403,8 @@ class LayerExecutor {
   Status FetchGathered(uint32_t unit, float* dst, int next);
   // --profile across ranks: the step's collectives alone (ProfileBounds::comm_seconds).
   Result<double> TimeCollectives(uint64_t micro_batches);
-  // ZeRO-3: starts the all-gather of a unit's chunks into the free pinned buffer.
+  // ZeRO-3: starts the all-gather of a unit's chunks into the free pinned buffer (once an
+  // optimizer step running under this forward has written the unit's new shard).
   Status IssueGather(uint32_t unit);
   // ZeRO-3: waits for a started gather nobody will use (every rank started it) and drops it.
   Status DropGather();

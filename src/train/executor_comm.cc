@@ -169,6 +169,7 @@ Status LayerExecutor::StepChunk(uint32_t u, const kernels::AdamHyper& hyper,
     }
     (*step_units)[0].grad = grad;
     (*step_units)[0].grad_shard.reset();
+    (*step_units)[0].param16 = {};  // ZeRO-3: GatherParam16 writes the padded shard home
     (*step_units)[0].param16_to_caller = true;
     offload::StepHashing hashing;
     PrepareHashing(one_unit, &hashing);
@@ -208,6 +209,7 @@ Status LayerExecutor::StepChunk(uint32_t u, const kernels::AdamHyper& hyper,
 
 Status LayerExecutor::IssueGather(uint32_t unit) {
   offload::TierManager& tm = *rt_.tiers;
+  WaitUnitWritten(unit);  // the optimizer step under this forward has its new shard
   const int b = next_gather_buffer_;
   next_gather_buffer_ ^= 1;
   // The buffer is free once the copy of the unit gathered into it before is done.

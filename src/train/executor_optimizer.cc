@@ -2,6 +2,7 @@
 
 // The layer executor's weights (init, set, get through the pipeline's slab) and optimizer step
 // (the NVMe pipeline, on its own thread under the next forward, or in memory).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -288,8 +289,17 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
   }
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   ZINF_RETURN_IF_ERROR(WaitStateHold());
+  if (partitioned_params_ && pipeline_ != nullptr && options_.async_optimizer) {
+    // ZeRO-3: this rank's chunks through the pipeline on its own thread, under the next
+    // forward, as one rank's units: the step has no collective (each rank writes its own
+    // shards home), and the forward's gather of a unit waits for its new shard.
+    opt_hyper_ = hyper;
+    ZINF_RETURN_IF_ERROR(StartAsyncStep(all_units_, /*gated=*/false));
+    return st;  // empty: the step's stats arrive when it finishes
+  }
   if (partitioned_) {
-    // ZeRO-1: each unit's chunk, then the gather of its new 16-bit weights, in unit order on
+    // ZeRO-1/2 (ZeRO-3 without the pipeline or async_optimizer): each unit's chunk, then the
+    // gather of its new 16-bit weights (ZeRO-3: its shard written home), in unit order on
     // every rank.
     for (uint32_t u = 0; u < dims_.units(); ++u) {
       ZINF_RETURN_IF_ERROR(StepChunk(u, hyper, &st));
@@ -363,6 +373,15 @@ Status LayerExecutor::StartAsyncStep(std::vector<uint32_t> order, bool gated) {
   // the old weights are dropped by the tier manager).
   opt_on_updated_ = [this](size_t i, const void* param16) {
     const uint32_t u = opt_order_[i];
+    if (partitioned_params_) {
+      // ZeRO-3: the shard is this rank's chunk padded with zeros to `per` values (gather16_
+      // is the step's own while it runs: nothing else gathers meanwhile).
+      const Chunk c = ChunkOf(u);
+      uint16_t* own = gather16_.data() + c.lo;
+      std::memcpy(own, param16, Param16Bytes(c.len));
+      std::fill(own + c.len, own + c.per, uint16_t{0});
+      param16 = own;
+    }
     auto installed = rt_.tiers->InstallPending(p16_[u], param16);
     if (!installed.ok() || !*installed) return;  // the forward waits for the write instead
     std::lock_guard lock(opt_mu_);

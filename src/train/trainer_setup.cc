@@ -220,7 +220,10 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   eo.partition_optimizer = ranks.world() > 1 && c.Stage() >= 1;
   eo.partition_grads = ranks.world() > 1 && c.Stage() >= 2;   // ZeRO-2
   eo.partition_params = ranks.world() > 1 && c.Stage() >= 3;  // ZeRO-3, FSDP's FULL_SHARD
-  if (eo.partition_optimizer) eo.async_optimizer = false;
+  // ZeRO-1/2 gather each unit's new weights after its Adam (a collective, issued by the
+  // training thread); ZeRO-3's step has none (each rank writes its own shards home), so it runs
+  // under the next forward as one rank's does.
+  if (eo.partition_optimizer && !eo.partition_params) eo.async_optimizer = false;
   bool swap_in_checkpoint = false;
   if (resume_from && !repartition) {
     for (const auto& f : resume_from->files) swap_in_checkpoint |= f.kind == "swap";

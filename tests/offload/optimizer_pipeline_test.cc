@@ -149,6 +149,12 @@ TEST_P(OptimizerPipelineTest, MatchesInMemoryAdamBitForBit) {
     EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].exp_avg).data(), mem_[k].m.data(), 4 * n));
     EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].exp_avg_sq).data(), mem_[k].v.data(), 4 * n));
     EXPECT_EQ(0, std::memcmp(ReadHome(units_[k].param16).data(), mem_[k].p16.data(), 2 * n));
+    // The 16-bit copy is written padded to the alignment: with zeros (the slab held other
+    // units' state there before).
+    const Extent padded{units_[k].param16.offset, space_->Padded(2 * n)};
+    const std::vector<uint8_t> tail = ReadHome(padded);
+    EXPECT_TRUE(std::all_of(tail.begin() + 2 * n, tail.end(), [](uint8_t b) { return b == 0; }))
+        << "unit " << k << ": the padding after its 16-bit weights is not zero";
   }
   EXPECT_LE(pool_->peak_bytes(), pool_->budget_bytes());
 }

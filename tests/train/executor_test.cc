@@ -2,7 +2,8 @@
 // after start, and no host synchronization per unit (the stream synchronizations of a step do
 // not grow with the number of layers). Before the arena and the event-based hand-over, every
 // shard copy was a Device::Allocate/Free and every unit's gradient a StreamSynchronize. With the
-// state in memory, the optimizer step under the next forward equals the one after backward.
+// state in memory, the optimizer step under the next forward equals the one after backward; so
+// does ZeRO-3's step of the state on NVMe across two ranks (threads over the local transport).
 #include "src/train/executor.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 
 #include "src/runtime/offload_runtime.h"
 #include "src/train/backend_factory.h"
+#include "tests/comm/comm_test_util.h"
 #include "tests/test_util.h"
 
 namespace zinf::train {
@@ -194,6 +196,85 @@ TEST(LayerExecutorTest, StateInMemoryStepsUnderTheNextForwardBitForBit) {
   // The weights moved (the test would pass on a run that never stepped otherwise).
   const InMemoryRun one = TrainInMemory(false, 1);
   EXPECT_NE(one.weights[1], sync.weights[1]);
+}
+
+// Two ranks (threads over the local transport) train `steps` steps at ZeRO-3 with everything on
+// NVMe, the optimizer step under the next forward or after backward; each rank's final
+// weights (GetUnitWeights, a collective: the whole units), and whether every OptimizerStep
+// returned before its Adam ran.
+struct Zero3Run {
+  std::vector<std::vector<float>> weights[2];
+  bool returned_before_adam[2] = {true, true};
+};
+Zero3Run TrainZero3(bool async, int steps) {
+  Zero3Run out;
+  zinf::testing::TempDir dirs[2];
+  comm::testing::LocalWorld world(2);
+  comm::testing::OnThreads(2, [&](int r) {
+    Config c;
+    // Width 40: the units' chunks are uneven (rank 1's shorter, padded).
+    c.zinf.model = {.layers = 2, .width = 40, .heads = 4, .seq_len = 16, .vocab = 61};
+    c.zero.offload_param = {.device = OffloadDevice::kNvme, .nvme_path = dirs[r].path()};
+    c.zero.offload_optimizer = {.device = OffloadDevice::kNvme, .nvme_path = dirs[r].path()};
+    c.zinf.budgets.pinned_bytes = 8 << 20;
+    c.zinf.budgets.device_bytes = 16 << 20;
+    const GptDims dims = GptDims::FromConfig(c.zinf.model);
+    ExecutorOptions eo;
+    eo.batch = 4;
+    eo.params_on_nvme = eo.optimizer_on_nvme = true;
+    eo.async_optimizer = async;
+    eo.comm = world.comms[r].get();
+    eo.partition_optimizer = eo.partition_grads = eo.partition_params = true;
+    Built b = Build(c, dims, eo, {.swap_bytes = 64 << 20, .device_kind = DeviceKind::kHost});
+    if (b.ex == nullptr) return;
+    auto& ex = b.ex;
+    EXPECT_TRUE(ex->InitWeights(1).ok());
+    std::vector<int32_t> x, y;
+    Tokens(&x, &y);
+    for (auto& t : x) t = (t + 7 * r) % 61;  // each rank its own micro-batch
+    for (auto& t : y) t = (t + 7 * r) % 61;
+    kernels::AdamHyper h;
+    h.lr = 1e-2f;
+    for (int s = 0; s < steps; ++s) {
+      auto fb = ex->ForwardBackward(x.data(), y.data(), 1.0f, 1.0f, true, true);
+      EXPECT_TRUE(fb.ok()) << fb.status().ToString();
+      h.step = s + 1;
+      const double adam_before = ex->stats().adam_seconds;
+      auto st = ex->OptimizerStep(h);
+      EXPECT_TRUE(st.ok()) << st.status().ToString();
+      if (st.ok() && (st->units != 0 || ex->stats().adam_seconds != adam_before)) {
+        out.returned_before_adam[r] = false;
+      }
+      ex->EndStep();
+    }
+    EXPECT_TRUE(ex->FinishOptimizerStep().ok());
+    for (uint32_t u = 0; u < dims.units(); ++u) {
+      out.weights[r].emplace_back(dims.UnitParams(u));
+      EXPECT_TRUE(ex->GetUnitWeights(u, out.weights[r].back().data()).ok());
+    }
+  });
+  return out;
+}
+
+// ZeRO-3 with the state on NVMe: each rank's step runs on its own thread under the next
+// forward (whose gathers wait for each unit's new shard), and trains bit for bit as the step
+// after backward.
+TEST(LayerExecutorTest, Zero3NvmeStepsUnderTheNextForwardBitForBit) {
+  const Zero3Run async = TrainZero3(true, 3);
+  const Zero3Run sync = TrainZero3(false, 3);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(async.returned_before_adam[r]) << "rank " << r << ": the step ran on the training thread";
+    EXPECT_FALSE(sync.returned_before_adam[r]) << "rank " << r;
+    ASSERT_EQ(async.weights[r].size(), sync.weights[r].size());
+    ASSERT_FALSE(async.weights[r].empty());
+    for (size_t u = 0; u < async.weights[r].size(); ++u) {
+      EXPECT_EQ(async.weights[r][u], sync.weights[r][u]) << "rank " << r << ", unit " << u;
+      EXPECT_EQ(async.weights[r][u], async.weights[0][u]) << "the ranks disagree, unit " << u;
+    }
+  }
+  // The weights moved (the test would pass on a run that never stepped otherwise).
+  const Zero3Run one = TrainZero3(false, 1);
+  EXPECT_NE(one.weights[0][1], sync.weights[0][1]);
 }
 
 }  // namespace
