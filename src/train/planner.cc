@@ -120,13 +120,17 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     // beside that backward (the other 6 of the 8), each unit's Adam as its gradient is final,
     // and the next forward waits for it. Its time: the state's reads and writes and the new
     // 16-bit weights' writes, or Adam when slower (the pipeline overlaps the two).
+    // Across ZeRO-1/2 ranks each unit's chunk steps after backward on the training thread, one
+    // unit at a time (the gather of its new weights is a collective): nothing is hidden or
+    // read ahead. ZeRO-3's step has no collective and runs under the next forward as above.
     const double r = rates.read_gbps * 1e9 / ranks, w = rates.write_gbps * 1e9 / ranks;
     const double state = static_cast<double>(b.nvme_state);
     const bool overlap = c.zinf.overlap_adam;
+    const bool after_backward = !overlap && share.optimizer && !share.params;
     const double per_mb = p.compute_seconds / in.micro_batches;
-    const double hidden_under = overlap ? 0.75 * per_mb : 0.25 * per_mb;
+    const double hidden_under = after_backward ? 0.0 : overlap ? 0.75 * per_mb : 0.25 * per_mb;
     double read = state;
-    if (!overlap) {
+    if (!overlap && !after_backward) {
       // The first slabs' units (unit order), read under backward.
       double ahead = 0;
       for (uint32_t k = 0; k < std::min<uint32_t>(slabs, d.units()); ++k) {

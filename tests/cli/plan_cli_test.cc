@@ -3,6 +3,7 @@
 // several placements and a pinned budget too small to cache every 16-bit weight and gradient;
 // given rates give the step time by the stated formula; a model that cannot fit is refused with
 // the numbers and what would make it fit; the same refusals as zinf train for bad placements.
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -171,6 +172,34 @@ TEST(PlanCliTest, PredictsRankZerosBytesAcrossRanks) {
     const double planned = plan["comm_sent_bytes_per_step"];
     EXPECT_LE(planned, sent) << c.name;
     EXPECT_LE(sent - planned, 1024) << c.name;
+  }
+}
+
+// The time across ranks with the state on NVMe: ZeRO-1/2 step each unit's chunk after backward
+// (the gather of its new weights is a collective), step = compute + optimizer step, nothing of
+// the state read under backward; ZeRO-3's step runs under the next forward, hidden by its first
+// quarter of the compute.
+TEST(PlanCliTest, AcrossRanksZero12StepAfterBackwardAndZero3UnderTheNextForward) {
+  TempDir dir;
+  for (int stage : {1, 2, 3}) {
+    const std::string config = dir / ("s" + std::to_string(stage) + ".json");
+    std::ofstream(config) << R"({"zero_optimization": {"stage": )" << stage << "}}";
+    const std::string flags = Tiny(3) + " --offload nvme --config " + config + " --swap-dir " +
+                              dir / "swap";
+    const nlohmann::json plan = Plan(dir, flags.substr(std::string("train").size()) + " --world 2");
+    ASSERT_FALSE(plan.is_discarded()) << stage;
+    const double compute = plan["seconds"]["compute"], opt = plan["seconds"]["optimizer"];
+    const double step = plan["seconds"]["step"];
+    const double under_backward = plan["optimizer_state_read_under_backward_bytes"];
+    ASSERT_GT(opt, 0) << stage;
+    ASSERT_GT(compute, 0) << stage;
+    if (stage < 3) {
+      EXPECT_DOUBLE_EQ(step, compute + opt) << "stage " << stage;
+      EXPECT_EQ(under_backward, 0) << "stage " << stage;
+    } else {
+      EXPECT_DOUBLE_EQ(step, 0.75 * compute + std::max(0.25 * compute, opt));
+      EXPECT_GT(under_backward, 0);
+    }
   }
 }
 
