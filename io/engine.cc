@@ -191,12 +191,29 @@ Result<Ticket> Engine::Submit(const Request& request) {
   return Enqueue(lock, request, nullptr);
 }
 
-Status Engine::Submit(const Request& request, Callback done) {
+Status Engine::Submit(const Request& request, Callback done, Ticket* ticket) {
   if (!done) return InvalidArgument("Submit: empty callback");
   std::unique_lock lock(mu_);
   ZINF_ASSIGN_OR_RETURN(Ticket id, Enqueue(lock, request, std::move(done)));
-  (void)id;
+  if (ticket != nullptr) *ticket = id;
   return Status::Ok();
+}
+
+bool Engine::Promote(Ticket ticket, Priority to) {
+  std::unique_lock lock(mu_);
+  auto it = ops_.find(ticket);
+  if (it == ops_.end() || it->second->req.priority <= to) return false;
+  Op* op = it->second.get();
+  auto& from = pending_[static_cast<int>(op->req.priority)];
+  auto at = std::find(from.begin(), from.end(), op);
+  if (at == from.end()) return false;  // every byte is cut (or it failed)
+  from.erase(at);
+  op->req.priority = to;
+  pending_[static_cast<int>(to)].push_back(op);
+  stats_.promotions++;
+  Pump();
+  if (tls_in_callbacks != this) FlushLocked(lock);
+  return true;
 }
 
 void Engine::Pump() {

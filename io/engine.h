@@ -105,6 +105,7 @@ struct EngineStats {
   uint64_t failed_requests = 0;
   uint64_t submit_retries = 0;    // kernel submit calls retried after a transient refusal
   uint64_t withdrawn_pieces = 0;  // pieces taken back after a failed submit (never ran)
+  uint64_t promotions = 0;        // requests moved to a more urgent priority (Promote)
 };
 
 using Ticket = uint64_t;
@@ -137,8 +138,15 @@ class Engine {
   // Async with a ticket for Wait.
   Result<Ticket> Submit(const Request& request);
   // Async with a callback that runs exactly once when the request is done; on an error
-  // return the callback never runs.
-  Status Submit(const Request& request, Callback done);
+  // return the callback never runs. `ticket` (optional) receives the request's ticket, for
+  // Promote only (Wait does not take it).
+  Status Submit(const Request& request, Callback done, Ticket* ticket = nullptr);
+  // A caller now waits for a request submitted at a lower priority (a prefetch it needs now):
+  // if some of its bytes are not yet cut into pieces, it moves to the back of `to`'s queue
+  // (and its failure is reported as before). Its pieces already in the kernel are not
+  // preempted. True when it moved; false when it is finished, unknown, already as urgent or
+  // wholly in the kernel.
+  bool Promote(Ticket ticket, Priority to);
   // Blocks until the ticket's request is done and returns its status (the ticket is consumed).
   Status Wait(Ticket ticket);
   // Reaps what has completed and runs callbacks; with `block`, waits for at least one piece

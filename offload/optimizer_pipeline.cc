@@ -112,10 +112,12 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
         return InvalidArgument(fmt::format(
             "optimizer unit {}: a gradient shard needs OptimizerPipelineOptions::grads", i));
       }
-      if (options_.grads->spec(*u.grad_shard).bytes < kernels::DTypeSize(u.grad_type) * u.n) {
-        return InvalidArgument(
-            fmt::format("optimizer unit {}: its gradient shard must hold at least {} {} values",
-                        i, u.n, kernels::DTypeName(u.grad_type)));
+      const uint64_t shard_n = u.grad_shard_n != 0 ? u.grad_shard_n : u.n;
+      if (shard_n < u.n ||
+          options_.grads->spec(*u.grad_shard).bytes != kernels::DTypeSize(u.grad_type) * shard_n) {
+        return InvalidArgument(fmt::format(
+            "optimizer unit {}: its gradient shard must hold {} {} values (grad_shard_n {}, n {})",
+            i, shard_n, kernels::DTypeName(u.grad_type), u.grad_shard_n, u.n));
       }
     }
     const uint64_t mb = StateRoleBytes(kExpAvgState, u.n, options_.moment_type);

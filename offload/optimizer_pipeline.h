@@ -73,9 +73,10 @@ struct OptimizerUnit {
   // weights are derived from its master in memory has them installed in the host tier).
   bool param16_to_caller = false;
   const void* grad = nullptr;            // (n) host memory, grad_type; or:
-  std::optional<ShardId> grad_shard;     // gradient shard (n grad_type values, or more: the
-                                         // first n are read; a ZeRO chunk padded) of the
-                                         // pipeline's TierManager
+  std::optional<ShardId> grad_shard;     // gradient shard (grad_shard_n grad_type values, of
+                                         // which the first n are read) of the pipeline's
+                                         // TierManager
+  uint64_t grad_shard_n = 0;             // 0: n; more: a ZeRO chunk padded to equal chunks
   kernels::DType grad_type = kernels::DType::kF32;
   // bf16 moments rounded stochastically: the unit's stream (kernels::StateRoundingSeed's
   // tensor), stable across steps and runs, and the index of this state's first element in the

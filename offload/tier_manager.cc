@@ -574,8 +574,16 @@ Result<Lease::Ready> TierManager::WaitFor(ShardId id, Tier tier, bool enqueued_o
     }
     // A waiter for a derived shard's copy (a device copy waits for the host one) takes the
     // derivation ahead of the prefetches queued before it.
-    if (!waited && s.spec.derive && s.copy[kHostIdx].state == Copy::kLoading) {
-      PromoteDerivation(id);
+    // So does a waiter for a prefetch's NVMe read: it becomes a demand read in the engine.
+    Copy& h = s.copy[kHostIdx];
+    if (!waited && h.state == Copy::kLoading) {
+      if (s.spec.derive) {
+        PromoteDerivation(id);
+      } else if (h.read_prefetch && h.read_ticket != 0 &&
+                 swap_->engine().Promote(h.read_ticket, io::Priority::kDemand)) {
+        h.read_prefetch = false;
+        stats_.read_promotions++;
+      }
     }
     waited = true;
     cv_.wait(lock);

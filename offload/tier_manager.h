@@ -164,6 +164,7 @@ struct TierStats {
   uint64_t installs = 0;                  // InstallPending copies (NVMe reads saved)
   uint64_t derived_bytes = 0;             // host copies of derived shards computed (not read)
   uint64_t derive_promotions = 0;  // queued prefetch derivations moved ahead for a waiter
+  uint64_t read_promotions = 0;    // prefetch NVMe reads made demand reads for a waiter
   uint64_t peak_host_bytes = 0, peak_device_bytes = 0;
 };
 

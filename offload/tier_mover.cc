@@ -401,6 +401,8 @@ void TierManager::AbandonDeviceLoad(ShardId id, Status error) {
 void TierManager::FinishHostLoad(ShardId id, const Status& r) {
   Shard& sh = *shards_[id];
   Copy& hc = sh.copy[kHostIdx];
+  hc.read_ticket = 0;  // nothing left to promote
+  hc.read_prefetch = false;
   if (r.ok()) {
     hc.state = Copy::kReady;
     if (sh.device_wants_host) {
@@ -502,6 +504,7 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
     inflight_bytes_[0] += s.host_bytes;
     LinkBusy(0, +1);
     // A prefetch waits behind what callers wait for now (io/request.h's priorities).
+    c.read_prefetch = prefetch;
     Status st = swap_->engine().Submit(
         {io::OpKind::kRead, swap_->file(), s.extent.offset, c.ptr, s.host_bytes,
          prefetch ? io::Priority::kPrefetch : io::Priority::kDemand},
@@ -513,7 +516,8 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
           inflight_bytes_[0] -= sh.host_bytes;
           if (r.ok()) stats_.nvme_read_bytes += sh.host_bytes;
           FinishHostLoad(id, r);
-        });
+        },
+        &c.read_ticket);
     if (!st.ok()) {
       LinkBusy(0, -1);
       inflight_bytes_[0] -= s.host_bytes;
@@ -630,7 +634,11 @@ Result<bool> TierManager::InstallPending(ShardId id, const void* data) {
   FreeCopy(id, Tier::kDevice);
   FreeCopy(id, Tier::kHost);
   Slot slot;
-  const size_t next = trace_.valid() ? trace_.NextUse(id, Tier::kDevice, trace_.pos()) : 0;
+  // Its next use in either tier (one rank's 16-bit weights are used on the device, ZeRO-3's
+  // shards in the host tier, gathered from there).
+  const size_t next = trace_.valid() ? std::min(trace_.NextUse(id, Tier::kDevice, trace_.pos()),
+                                                trace_.NextUse(id, Tier::kHost, trace_.pos()))
+                                     : 0;
   Status st = Reserve(lock, Tier::kHost, id, /*prefetch=*/true, next, &slot);
   if (!st.ok()) {
     if (st.code() == StatusCode::kResourceExhausted) return false;

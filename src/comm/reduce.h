@@ -3,7 +3,8 @@
 // Contract: ReducePair(send, recv) says whether a reduction from send_type into recv_type is
 // supported (communicator.h lists the pairs). SumInOrder sums in the destination type, element
 // by element, in rank order: the same bits whatever the caller's chunking (NaN payloads aside:
-// which of two NaNs an addition returns may vary). Widening bf16 and fp16 to fp32 is exact (kernels/cpu/half_convert.h's conversions).
+// which of two NaNs an addition returns may vary). Widening bf16 and fp16 to fp32 is exact
+// (kernels/cpu/half_convert.h's conversions).
 //
 // Thread-safety: pure functions.
 #pragma once

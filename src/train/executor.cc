@@ -411,6 +411,7 @@ Status LayerExecutor::RegisterShards() {
     p16_.push_back(pid);
     grad_.push_back(gid);
     ou.grad_shard = gid;
+    ou.grad_shard_n = gn;  // ZeRO-2/3: the chunk padded to `per` (ZeRO-1 steps pass a pointer)
     opt_units_.push_back(ou);
   }
   // The 16-bit copy of a unit's new weights, where no slab takes it (state in memory; across

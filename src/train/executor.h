@@ -249,8 +249,9 @@ class LayerExecutor {
   double grad_sum_squares() const { return grad_sum_squares_; }
   // hyper.grad_scale should fold in the loss-scale unscaling and the clipping coefficient.
   // With the optimizer state on NVMe (and ExecutorOptions::async_optimizer; across ranks only
-  // with ZeRO-3, whose step has no collective) the step only STARTS here: the pipeline runs on its own thread under the next forward, each unit's new param16
-  // taken by that forward the moment the unit's writes completed (FetchWeights waits for it);
+  // with ZeRO-3, whose step has no collective) the step only STARTS here: the pipeline runs on
+  // its own thread under the next forward, each unit's new param16 taken by that forward the
+  // moment it is installed or its writes completed (FetchWeights, ZeRO-3's IssueGather wait);
   // the returned stats are then empty and the step's are added to stats() when it finishes
   // (at the next backward, or FinishOptimizerStep). Errors surface there.
   Result<offload::OptimizerStepStats> OptimizerStep(const kernels::AdamHyper& hyper);

@@ -121,8 +121,9 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     // and the next forward waits for it. Its time: the state's reads and writes and the new
     // 16-bit weights' writes, or Adam when slower (the pipeline overlaps the two).
     // Across ZeRO-1/2 ranks each unit's chunk steps after backward on the training thread, one
-    // unit at a time (the gather of its new weights is a collective): nothing is hidden or
-    // read ahead. ZeRO-3's step has no collective and runs under the next forward as above.
+    // unit at a time (read, Adam, then write: the gather of its new weights is a collective):
+    // nothing is hidden, overlapped or read ahead. ZeRO-3's step has no collective and runs
+    // under the next forward as above, but starts after backward: nothing is read under it.
     const double r = rates.read_gbps * 1e9 / ranks, w = rates.write_gbps * 1e9 / ranks;
     const double state = static_cast<double>(b.nvme_state);
     const bool overlap = c.zinf.overlap_adam;
@@ -130,7 +131,7 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     const double per_mb = p.compute_seconds / in.micro_batches;
     const double hidden_under = after_backward ? 0.0 : overlap ? 0.75 * per_mb : 0.25 * per_mb;
     double read = state;
-    if (!overlap && !after_backward) {
+    if (!overlap && !share.optimizer) {
       // The first slabs' units (unit order), read under backward.
       double ahead = 0;
       for (uint32_t k = 0; k < std::min<uint32_t>(slabs, d.units()); ++k) {
@@ -141,9 +142,9 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
       p.state_read_under_backward = std::min(ahead, state);
       read -= p.state_read_under_backward;
     }
-    p.optimizer_seconds = std::max(
-        r > 0 && w > 0 ? read / r + (state + static_cast<double>(b.nvme_param16)) / w : 0.0,
-        p.adam_seconds);
+    const double io =
+        r > 0 && w > 0 ? read / r + (state + static_cast<double>(b.nvme_param16)) / w : 0.0;
+    p.optimizer_seconds = after_backward ? io + p.adam_seconds : std::max(io, p.adam_seconds);
     p.step_seconds =
         p.compute_seconds - hidden_under + std::max(hidden_under, p.optimizer_seconds);
     p.bound = p.optimizer_seconds > hidden_under

@@ -20,7 +20,8 @@
 //   zinf.overlap_adam the optimizer step runs beside the last micro-batch's backward (the
 //   other three quarters) instead: step = compute - backward + max(backward, optimizer step);
 //   across ZeRO-1/2 ranks without overlap_adam it runs after backward, a unit at a time (each
-//   unit's gather is a collective): step = compute + optimizer step, nothing read ahead;
+//   unit's gather is a collective): step = compute + optimizer step, that step being its I/O
+//   plus Adam (not overlapped); across ranks (ZeRO-1..3) nothing is read under backward;
 //   with the state in memory Adam runs unit by unit under the next forward (with overlap_adam
 //   beside the last backward) in the same way: step = compute - hidden + max(hidden, Adam), on
 //   the host-emulated device (compute on the CPU Adam uses) hidden = 0. Every NVMe byte of the

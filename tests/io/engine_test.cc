@@ -235,6 +235,37 @@ TEST_P(EngineTest, ADemandReadOvertakesALongReadAhead) {
   EXPECT_EQ(0, std::memcmp(io_.data() + (24 << 20), shadow_.data() + (24 << 20), block));
 }
 
+// A prefetch queued behind a long prefetch, then promoted (a caller waits for it now), takes
+// the next free slot: it completes first. A finished request is not promoted.
+TEST_P(EngineTest, APromotedPrefetchOvertakesTheOneQueuedBeforeIt) {
+  WriteAllOnce();
+  std::vector<std::string> done;
+  auto record = [&](const char* what) {
+    return [&done, what](const Status& s) {
+      EXPECT_TRUE(s.ok()) << what << ": " << s.ToString();
+      done.push_back(what);
+    };
+  };
+  const uint64_t block = 256 << 10;
+  ASSERT_TRUE(engine_->Submit({OpKind::kRead, file_, 0, io_.data(), 16 << 20, Priority::kPrefetch},
+                              record("long")).ok());
+  Ticket waited = 0;
+  ASSERT_TRUE(engine_->Submit({OpKind::kRead, file_, 20 << 20, io_.data() + (20 << 20), block,
+                               Priority::kPrefetch},
+                              record("waited for"), &waited).ok());
+  ASSERT_NE(waited, 0u);
+  EXPECT_FALSE(engine_->Promote(waited, Priority::kPrefetch)) << "not more urgent";
+  EXPECT_TRUE(engine_->Promote(waited, Priority::kDemand));
+  EXPECT_FALSE(engine_->Promote(waited, Priority::kDemand)) << "already a demand";
+  ASSERT_TRUE(engine_->Drain().ok());
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done.front(), "waited for") << done[0] << ", " << done[1];
+  EXPECT_FALSE(engine_->Promote(waited, Priority::kDemand)) << "finished";
+  EXPECT_EQ(engine_->stats().promotions, 1u);
+  EXPECT_EQ(0, std::memcmp(io_.data(), shadow_.data(), 16 << 20));
+  EXPECT_EQ(0, std::memcmp(io_.data() + (20 << 20), shadow_.data() + (20 << 20), block));
+}
+
 TEST_P(EngineTest, ReaperCompletesRequestsWithoutPolling) {
   engine_->StartReaper();
   std::memcpy(io_.data(), shadow_.data(), 8 << 20);

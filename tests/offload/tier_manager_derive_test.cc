@@ -256,13 +256,26 @@ TEST(TierManagerDeriveTest, AWaiterTakesItsQueuedDerivationAheadOfEarlierPrefetc
     order.clear();
     hold = true;
   }
+  // However the test ends, the held derivation goes on before the rig's manager is destroyed
+  // (which joins the derive thread).
+  struct Unhold {
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& hold;
+    ~Unhold() {
+      std::lock_guard lock(mu);
+      hold = false;
+      cv.notify_all();
+    }
+  } unhold{mu, cv, hold};
   auto first = rig.tm->Acquire(ids[0], Tier::kHost);  // derives d0 (held), prefetches d1..d4
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return entered; });
   }
-  auto last = std::async(std::launch::async, [&] { return LeasedBytes(*rig.tm, ids[4], Tier::kHost); });
+  auto last =
+      std::async(std::launch::async, [&] { return LeasedBytes(*rig.tm, ids[4], Tier::kHost); });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (rig.tm->stats().derive_promotions == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -263,7 +263,8 @@ TEST(LayerExecutorTest, Zero3NvmeStepsUnderTheNextForwardBitForBit) {
   const Zero3Run async = TrainZero3(true, 3);
   const Zero3Run sync = TrainZero3(false, 3);
   for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(async.returned_before_adam[r]) << "rank " << r << ": the step ran on the training thread";
+    EXPECT_TRUE(async.returned_before_adam[r])
+        << "rank " << r << ": the step ran on the training thread";
     EXPECT_FALSE(sync.returned_before_adam[r]) << "rank " << r;
     ASSERT_EQ(async.weights[r].size(), sync.weights[r].size());
     ASSERT_FALSE(async.weights[r].empty());
