@@ -579,9 +579,8 @@ Result<Lease::Ready> TierManager::WaitFor(ShardId id, Tier tier, bool enqueued_o
     if (!waited && h.state == Copy::kLoading) {
       if (s.spec.derive) {
         PromoteDerivation(id);
-      } else if (h.read_prefetch && h.read_ticket != 0 &&
+      } else if (h.read_ticket != 0 &&
                  swap_->engine().Promote(h.read_ticket, io::Priority::kDemand)) {
-        h.read_prefetch = false;
         stats_.read_promotions++;
       }
     }

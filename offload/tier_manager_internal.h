@@ -31,10 +31,9 @@ struct TierManager::Copy {
   // are the releasers' last-use events, handed with the slot to its next user.
   bool enqueued = false;
   Event loaded;
-  // Host copies: the NVMe read loading it, while Loading (0: none), and whether a prefetch
-  // submitted it (a waiter then promotes it to a demand read).
+  // Host copies: the NVMe read loading it, while Loading (0: none); a waiter promotes it to a
+  // demand read (Engine::Promote refuses one that already is).
   uint64_t read_ticket = 0;
-  bool read_prefetch = false;
   std::vector<Event> uses;
 };
 

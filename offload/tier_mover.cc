@@ -402,7 +402,6 @@ void TierManager::FinishHostLoad(ShardId id, const Status& r) {
   Shard& sh = *shards_[id];
   Copy& hc = sh.copy[kHostIdx];
   hc.read_ticket = 0;  // nothing left to promote
-  hc.read_prefetch = false;
   if (r.ok()) {
     hc.state = Copy::kReady;
     if (sh.device_wants_host) {
@@ -504,7 +503,6 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
     inflight_bytes_[0] += s.host_bytes;
     LinkBusy(0, +1);
     // A prefetch waits behind what callers wait for now (io/request.h's priorities).
-    c.read_prefetch = prefetch;
     Status st = swap_->engine().Submit(
         {io::OpKind::kRead, swap_->file(), s.extent.offset, c.ptr, s.host_bytes,
          prefetch ? io::Priority::kPrefetch : io::Priority::kDemand},

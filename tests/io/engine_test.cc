@@ -207,18 +207,21 @@ TEST_P(EngineTest, CallbacksMaySubmitMore) {
   EXPECT_EQ(0, std::memcmp(io_.data(), shadow_.data(), kFileBytes));
 }
 
+// A callback that expects its request to succeed and appends `what` to *done (completion order).
+Callback RecordDone(std::vector<std::string>* done, const char* what) {
+  return [done, what](const Status& s) {
+    EXPECT_TRUE(s.ok()) << what << ": " << s.ToString();
+    done->push_back(what);
+  };
+}
+
 // A demand read queued behind a long read-ahead completes first: pending requests are cut into
 // pieces by priority, so the demand piece takes the first slot that frees (the read-ahead's 8
 // pieces already in the kernel are not preempted); a prefetch beats the read-ahead too.
 TEST_P(EngineTest, ADemandReadOvertakesALongReadAhead) {
   WriteAllOnce();
   std::vector<std::string> done;
-  auto record = [&](const char* what) {
-    return [&done, what](const Status& s) {
-      EXPECT_TRUE(s.ok()) << what << ": " << s.ToString();
-      done.push_back(what);
-    };
-  };
+  auto record = [&](const char* what) { return RecordDone(&done, what); };
   const uint64_t block = 256 << 10;
   ASSERT_TRUE(engine_->Submit({OpKind::kRead, file_, 0, io_.data(), 16 << 20,
                                Priority::kBackground},
@@ -240,12 +243,7 @@ TEST_P(EngineTest, ADemandReadOvertakesALongReadAhead) {
 TEST_P(EngineTest, APromotedPrefetchOvertakesTheOneQueuedBeforeIt) {
   WriteAllOnce();
   std::vector<std::string> done;
-  auto record = [&](const char* what) {
-    return [&done, what](const Status& s) {
-      EXPECT_TRUE(s.ok()) << what << ": " << s.ToString();
-      done.push_back(what);
-    };
-  };
+  auto record = [&](const char* what) { return RecordDone(&done, what); };
   const uint64_t block = 256 << 10;
   ASSERT_TRUE(engine_->Submit({OpKind::kRead, file_, 0, io_.data(), 16 << 20, Priority::kPrefetch},
                               record("long")).ok());
