@@ -138,7 +138,18 @@ std::vector<uint64_t> FaultInjectingBackend::Withdraw() {
   return tags;
 }
 
+void FaultInjectingBackend::HoldCompletions(bool hold) {
+  std::lock_guard lock(hold_mu_);
+  held_ = hold;
+  hold_cv_.notify_all();
+}
+
 Result<size_t> FaultInjectingBackend::Wait(std::span<RawCompletion> out, size_t min_complete) {
+  {
+    std::unique_lock lock(hold_mu_);
+    if (held_ && min_complete == 0) return size_t{0};
+    hold_cv_.wait(lock, [&] { return !held_; });
+  }
   size_t got = 0;
   size_t inner_min;
   {

@@ -15,12 +15,16 @@
 // (EAGAIN, EBUSY, EINTR), refused for good (EIO...) or take only part of the batch, and the
 // wrapped backend's own recovery (io_uring's withdrawal of unsubmitted SQEs) really runs.
 // Counts of each injected fault are kept so a test can check that faults really occurred.
+// Held completions: while HoldCompletions(true) is in force, Wait hands over nothing (a poll
+// returns none, a blocking Wait waits for the release), so pieces stay in flight and what is
+// submitted after them stays queued in the engine, as behind a slow drive.
 //
 // Thread-safety: as Backend (Prepare/Flush/Withdraw from one thread at a time, Wait
 // concurrently). set_rule and set_submit_rule REQUIRE that nothing is in flight.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -81,6 +85,9 @@ class FaultInjectingBackend final : public Backend {
   // Replaces the submit rule (null: none); false when the wrapped backend cannot take one.
   bool set_submit_rule(SubmitRule rule);
   FaultCounts counts() const;
+  // Holds (true) or releases (false) every completion, see above. Release before the engine
+  // drains or is destroyed: a held Wait blocks until then.
+  void HoldCompletions(bool hold);
 
  private:
   std::unique_ptr<Backend> inner_;
@@ -90,6 +97,9 @@ class FaultInjectingBackend final : public Backend {
   std::vector<RawCompletion> synthetic_;  // kErrno pieces handed over, for Wait to report
   size_t inner_inflight_ = 0;
   FaultCounts counts_;
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool held_ = false;  // guarded by hold_mu_
 };
 
 }  // namespace zinf::io

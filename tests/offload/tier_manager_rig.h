@@ -28,6 +28,7 @@ struct Rig {
   std::unique_ptr<SwapSpace> swap;
   std::unique_ptr<PinnedPool> pool;
   std::unique_ptr<TierManager> tm;
+  uint32_t queue_depth = 8;  // the engine's pieces in flight at once; set before Make
 
   Status Make(uint64_t device_budget, uint64_t pinned_budget, bool prefetch = true,
               double copy_gbps = 0, bool write_behind = false) {
@@ -37,7 +38,7 @@ struct Rig {
     ZINF_ASSIGN_OR_RETURN(auto raw, io::MakeUringBackend({8, 0}));
     auto fb = std::make_unique<io::FaultInjectingBackend>(std::move(raw), nullptr);
     faults = fb.get();
-    engine = io::Engine::WithBackend(std::move(fb), {.block_size = 256 << 10, .queue_depth = 8});
+    engine = io::Engine::WithBackend(std::move(fb), {.block_size = 256 << 10, .queue_depth = queue_depth});
     ZINF_ASSIGN_OR_RETURN(swap, SwapSpace::Create(*engine, {.dirs = {dir.path()},
                                                             .size = 64 << 20}));
     ZINF_ASSIGN_OR_RETURN(pool, PinnedPool::Create({.budget_bytes = pinned_budget}));
