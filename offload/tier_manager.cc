@@ -665,8 +665,13 @@ void TierManager::BeginRewrite(ShardId id) {
   if (id >= shards_.size()) return;
   Shard& s = *shards_[id];
   s.rewrite_pending = true;
-  // A derivation in flight reads the source the caller is about to change.
-  cv_.wait(lock, [&] { return s.deriving == 0; });
+  // A derivation in flight reads the source the caller is about to change. A write-back in
+  // flight (to NVMe, or the device's copy to the host) carries old content that must not land
+  // after the caller's home write; none starts from now (WriteBack drops it as outdated).
+  cv_.wait(lock, [&] {
+    return s.deriving == 0 && s.copy[kHostIdx].state != Copy::kWriting &&
+           s.copy[kDev].state != Copy::kWriting;
+  });
 }
 
 void TierManager::DropOrMarkStale(ShardId id, Tier tier) {

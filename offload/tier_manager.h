@@ -274,6 +274,10 @@ class TierManager {
   // content is known (reading the old one would be wasted, and would keep InstallPending out).
   // A derived shard: also waits for its derivations queued or running (its source may change
   // on return); until one of those three calls (or Invalidate) no load of it starts.
+  // The old content is dead from here: BeginRewrite waits for a write-back of the shard in
+  // flight (an NVMe write of its host copy, a device-to-host copy), and until one of those
+  // calls a dirty copy is dropped instead of written back, so that nothing old lands on the
+  // home after the caller's write.
   void BeginRewrite(ShardId id);
 
   // New content for an NVMe-homed shard whose home write (by someone else: the optimizer

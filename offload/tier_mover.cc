@@ -139,6 +139,12 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
   Shard& s = *shards_[id];
   Copy& c = s.copy[static_cast<int>(tier)];
   if (!c.dirty) return Status::Ok();
+  if (c.stale || s.rewrite_pending) {
+    // Outdated (dropped before its next use), or about to be (the home is being rewritten,
+    // BeginRewrite): never written home, where it could land over the newer content.
+    c.dirty = false;
+    return Status::Ok();
+  }
   if (s.spec.derive) {  // Release refuses a dirty derived copy: never reached
     return Internal(fmt::format("write back of {}: a derived shard has no home to write", s.spec.name));
   }
@@ -216,7 +222,7 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
       return st.WithContext(fmt::format("copying {} to the host", s.spec.name));
     }
     stats_.d2h_bytes += s.spec.bytes;
-    if (c.version == copied_version) {
+    if (c.version == copied_version && !c.stale) {
       c.dirty = false;
       h.stale = false;  // it now holds the newest data
       if (s.spec.home == Tier::kNvme) {
@@ -224,8 +230,10 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
         h.version++;
       }
     } else {
-      // A lease wrote the device copy while it was being copied: what landed may be torn. The
-      // device copy stays dirty; the host copy is outdated (dropped once idle).
+      // A lease wrote the device copy while it was being copied: what landed may be torn (the
+      // device copy stays dirty). Or the home was rewritten meanwhile (HomeRewritten marked the
+      // device copy stale and clean): what landed is older than the home. Either way the host
+      // copy is outdated (dropped once idle).
       h.stale = true;
       if (h.pins == 0 && h.state == Copy::kReady) FreeCopy(id, Tier::kHost);
     }
@@ -273,7 +281,7 @@ void TierManager::StartWriteBehind(ShardId id) {
   Shard& s = *shards_[id];
   Copy& c = s.copy[kHostIdx];
   if (s.spec.home != Tier::kNvme || swap_ == nullptr || !c.dirty || c.stale || c.pins > 0 ||
-      c.state != Copy::kReady) {
+      c.state != Copy::kReady || s.rewrite_pending) {
     return;
   }
   const uint64_t version = c.version;
@@ -394,6 +402,10 @@ void TierManager::AbandonDeviceLoad(ShardId id, Status error) {
   d.state = Copy::kAbsent;
   d.enqueued = false;
   d.loaded = Event();
+  // The marks were about the content it would have had: the next load starts clean (a stale
+  // mark left here would drop the next copy, and the writes of its first lease, at release).
+  d.stale = false;
+  d.dirty = false;
   d.error = std::move(error);
   cv_.notify_all();
 }
@@ -416,6 +428,7 @@ void TierManager::FinishHostLoad(ShardId id, const Status& r) {
     hc.slot = Slot();
     hc.ptr = nullptr;
     hc.state = Copy::kAbsent;
+    hc.stale = false;  // no content: the next load starts clean
     hc.error = r.WithContext(fmt::format("loading shard {}", sh.spec.name));
     if (sh.device_wants_host) AbandonDeviceLoad(id, hc.error);
   }
