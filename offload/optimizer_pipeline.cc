@@ -312,7 +312,10 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     b.stochastic_state = options_.stochastic_moments;
     b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, u.rounding_stream);
     b.state_index_base = u.rounding_index_base;
-    const bool want16 = u.param16.bytes != 0 || u.param16_to_caller;
+    // For the caller only when there is one to hand it to (a synchronous step of a unit whose
+    // 16-bit weights are derived has none: they are cast again from the master when loaded).
+    const bool want16 =
+        u.param16.bytes != 0 || (u.param16_to_caller && on_unit_updated != nullptr);
     b.param16_out = want16 ? slab + l.param16 : nullptr;
     b.param16_type = options_.param16_type;
     b.n = u.n;

@@ -70,7 +70,8 @@ struct OptimizerUnit {
   std::array<void*, kStateRoles> in_memory{};
   // Without a param16 extent: compute the 16-bit copy all the same, for on_unit_updated only
   // (ZeRO-1 gathers a unit's chunks before anything is written home; a unit whose 16-bit
-  // weights are derived from its master in memory has them installed in the host tier).
+  // weights are derived from its master in memory has them installed in the host tier). A
+  // Step without on_unit_updated computes none (Adam writes 2 bytes a parameter less).
   bool param16_to_caller = false;
   const void* grad = nullptr;            // (n) host memory, grad_type; or:
   std::optional<ShardId> grad_shard;     // gradient shard (grad_shard_n grad_type values, of

@@ -388,7 +388,8 @@ class LayerExecutor {
   // install of the new weights or HomeRewritten).
   void BeginMasterWrite(uint32_t unit);
   // The unit's 16-bit weights are now `p16` (the cast of its new master weights): written home,
-  // or for derived ones every old copy dropped (the next load derives the new ones).
+  // or for derived ones every old copy dropped (the next load derives the new ones; p16 unused,
+  // may be null).
   Status Param16Changed(uint32_t unit, const uint16_t* p16);
   // The bytes of a role of a unit's state on this rank (offload::StateRoleBytes).
   uint64_t StateBytes(uint32_t unit, int role) const;

@@ -247,7 +247,9 @@ Status LayerExecutor::StepUnitInMemory(uint32_t u, const kernels::AdamHyper& hyp
   // New 16-bit weights homed in host memory are written there in place (no staging copy).
   const bool in_place = tm.spec(p16_[u]).home == Tier::kHost;
   BeginMasterWrite(u);  // Adam updates the master in place
-  void* p16_out = p16_staging_.data();
+  // Derived 16-bit weights are cast again from the new master when next loaded: Adam writes
+  // no 16-bit copy of them (2 bytes a parameter less to store), and the old copies go.
+  void* p16_out = Param16Derived(u) ? nullptr : p16_staging_.data();
   if (in_place) {
     auto home = tm.BeginHomeWrite(p16_[u]);
     if (!home.ok()) {
@@ -268,7 +270,7 @@ Status LayerExecutor::StepUnitInMemory(uint32_t u, const kernels::AdamHyper& hyp
   if (in_place) tm.EndHomeWrite(p16_[u]);
   ZINF_RETURN_IF_ERROR(tm.Release(std::move(lease), false));
   ZINF_RETURN_IF_ERROR(r.status());
-  if (!in_place) ZINF_RETURN_IF_ERROR(Param16Changed(u, p16_staging_.data()));
+  if (!in_place) ZINF_RETURN_IF_ERROR(Param16Changed(u, static_cast<const uint16_t*>(p16_out)));
   ++st->units;
   return Status::Ok();
 }
