@@ -158,7 +158,10 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
     // leaseholder of the host copy may be writing it: this write-back must not land there),
     // or free the host copy.
     while (true) {
-      if (!c.dirty) {
+      if (!c.dirty || c.stale || s.rewrite_pending) {
+        // Written back by another thread meanwhile, or outdated now (as checked above: the
+        // waits below let go of the lock, and BeginRewrite does not wait for this one yet).
+        c.dirty = false;
         c.pins--;
         cv_.notify_all();
         return Status::Ok();
@@ -222,7 +225,7 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
       return st.WithContext(fmt::format("copying {} to the host", s.spec.name));
     }
     stats_.d2h_bytes += s.spec.bytes;
-    if (c.version == copied_version && !c.stale) {
+    if (c.version == copied_version && c.dirty) {
       c.dirty = false;
       h.stale = false;  // it now holds the newest data
       if (s.spec.home == Tier::kNvme) {
@@ -232,8 +235,8 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
     } else {
       // A lease wrote the device copy while it was being copied: what landed may be torn (the
       // device copy stays dirty). Or the home was rewritten meanwhile (HomeRewritten marked the
-      // device copy stale and clean): what landed is older than the home. Either way the host
-      // copy is outdated (dropped once idle).
+      // device copy clean and stale; nothing else clears it during the copy): what landed is
+      // older than the home. Either way the host copy is outdated (dropped once idle).
       h.stale = true;
       if (h.pins == 0 && h.state == Copy::kReady) FreeCopy(id, Tier::kHost);
     }
@@ -429,6 +432,7 @@ void TierManager::FinishHostLoad(ShardId id, const Status& r) {
     hc.ptr = nullptr;
     hc.state = Copy::kAbsent;
     hc.stale = false;  // no content: the next load starts clean
+    hc.dirty = false;
     hc.error = r.WithContext(fmt::format("loading shard {}", sh.spec.name));
     if (sh.device_wants_host) AbandonDeviceLoad(id, hc.error);
   }

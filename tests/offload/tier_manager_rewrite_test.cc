@@ -2,9 +2,11 @@
 // BeginRewrite, the home written directly, HomeRewritten) while copies of it are in transfer.
 // Found by tier_manager_stress_test (about one run in a hundred under load), made deterministic
 // here: a device load abandoned because its host copy turned stale while it was read leaves no
-// stale mark on the next copy (whose first lease's writes were dropped at release); and a
-// write-back in flight at BeginRewrite finishes before it returns, and no dirty copy is written
-// home after it (old content landed over the new home).
+// stale mark on the next copy (whose first lease's writes were dropped at release); what a
+// device-to-host write-back lands after the home was rewritten is dropped (it was kept as the
+// newest copy and written home over the new content); and BeginRewrite returns only once an
+// NVMe write of the old content in flight has landed.
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -72,23 +74,25 @@ TEST(TierManagerRewriteTest, ADeviceLoadAbandonedForAStaleHostCopyLeavesTheNextC
   EXPECT_EQ(read, std::vector<uint8_t>(kShard, 7));
 }
 
-TEST(TierManagerRewriteTest, NoWriteBackInFlightAtBeginRewriteLandsAfterTheNewHome) {
+// The home rewritten (HomeRewritten, without BeginRewrite: allowed) while a dirty device copy is
+// copied to the host on its way home: what lands is older than the home, and is dropped instead
+// of being kept as the newest copy and written home over the new content.
+TEST(TierManagerRewriteTest, WhatADeviceToHostWriteBackLandsAfterTheHomeWasRewrittenIsDropped) {
   Rig rig;
-  // A slow link: the device copy's write-back (device to host, then NVMe) takes ~0.25 s.
-  ASSERT_TRUE(rig.Make(8 << 20, 8 << 20, /*prefetch=*/true, /*copy_gbps=*/0.001).ok());
+  // A slow link: the device copy's copy to the host takes ~1.3 s.
+  ASSERT_TRUE(rig.Make(8 << 20, 8 << 20, /*prefetch=*/true, /*copy_gbps=*/0.0002).ok());
   Extent home;
   const ShardId id = OneShard(rig, 1, &home);
   {
     auto lease = rig.tm->Acquire(id, Tier::kDevice);
-    ASSERT_TRUE(lease.ok());
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
     auto p = lease->Wait();
     ASSERT_TRUE(p.ok());
     std::memset(*p, 2, kShard);  // a dirty device copy: the old content from here on
     ASSERT_TRUE(rig.tm->Release(std::move(*lease), /*dirty=*/true).ok());
   }
   auto flushed = std::async(std::launch::async, [&] { return rig.tm->Flush(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the write-back is under way
-  rig.tm->BeginRewrite(id);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the copy is under way
   WriteHomeDirectly(rig, home, 3);
   rig.tm->HomeRewritten(id);
   ASSERT_TRUE(flushed.get().ok());
@@ -98,6 +102,48 @@ TEST(TierManagerRewriteTest, NoWriteBackInFlightAtBeginRewriteLandsAfterTheNewHo
   EXPECT_EQ(read, std::vector<uint8_t>(kShard, 3)) << "old content landed after the new home";
   EXPECT_EQ(LeasedBytes(*rig.tm, id, Tier::kHost), std::vector<uint8_t>(kShard, 3));
   EXPECT_EQ(LeasedBytes(*rig.tm, id, Tier::kDevice), std::vector<uint8_t>(kShard, 3));
+}
+
+// The NVMe side: a host copy's write-behind of the old content is held in flight; BeginRewrite
+// does not return until it has landed (after it, the caller's write of the new content would
+// race it on the same extent).
+TEST(TierManagerRewriteTest, BeginRewriteWaitsForAWriteBehindOfTheOldContentInFlight) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(8 << 20, 8 << 20, /*prefetch=*/true, /*copy_gbps=*/0,
+                       /*write_behind=*/true).ok());
+  Extent home;
+  const ShardId id = OneShard(rig, 1, &home);
+  rig.faults->HoldCompletions(true);
+  std::future<void> rewrite;  // joined after the release below, before the rig ends
+  struct Release {
+    io::FaultInjectingBackend* f;
+    ~Release() { f->HoldCompletions(false); }
+  } release{rig.faults};
+  {
+    auto lease = rig.tm->Acquire(id, Tier::kHost, AcquireMode::kOverwrite);  // nothing read
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    auto p = lease->Wait();
+    ASSERT_TRUE(p.ok());
+    std::memset(*p, 2, kShard);
+    ASSERT_TRUE(rig.tm->Release(std::move(*lease), /*dirty=*/true).ok());  // written behind
+  }
+  std::atomic<bool> began{false};
+  rewrite = std::async(std::launch::async, [&] {
+    rig.tm->BeginRewrite(id);
+    began = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(began.load()) << "BeginRewrite returned with the old content's write in flight";
+  rig.faults->HoldCompletions(false);
+  rewrite.get();
+  EXPECT_TRUE(began.load());
+  WriteHomeDirectly(rig, home, 3);
+  rig.tm->HomeRewritten(id);
+  ASSERT_TRUE(rig.tm->Flush().ok());
+  std::vector<uint8_t> read(kShard);
+  ASSERT_TRUE(rig.tm->ReadHome(id, read.data()).ok());
+  EXPECT_EQ(read, std::vector<uint8_t>(kShard, 3));
+  EXPECT_EQ(LeasedBytes(*rig.tm, id, Tier::kHost), std::vector<uint8_t>(kShard, 3));
 }
 
 }  // namespace
