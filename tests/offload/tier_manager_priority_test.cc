@@ -59,13 +59,7 @@ std::vector<int> ReadOrder(bool wait_for_last, TierStats* stats) {
   }
   EXPECT_EQ(shard_offset.size(), 5u) << "one read a shard in the recorded step";
   std::future<std::vector<uint8_t>> last;  // the waiter, joined before the rig ends
-  rig.faults->HoldCompletions(true);
-  // However the test ends, the drive goes on before the waiter is joined and the rig's
-  // engine drains.
-  struct Release {
-    io::FaultInjectingBackend* f;
-    ~Release() { f->HoldCompletions(false); }
-  } release{rig.faults};
+  HeldDrive held(rig.faults);
   auto first = rig.tm->Acquire(ids[0], Tier::kHost);  // reads s0 (held), prefetches s1..s4
   EXPECT_TRUE(first.ok()) << first.status().ToString();
   if (!first.ok()) return {};
@@ -78,7 +72,7 @@ std::vector<int> ReadOrder(bool wait_for_last, TierStats* stats) {
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  rig.faults->HoldCompletions(false);
+  held.Release();
   auto p = first->Wait();
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   if (p.ok()) {

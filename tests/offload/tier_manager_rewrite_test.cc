@@ -49,17 +49,13 @@ TEST(TierManagerRewriteTest, ADeviceLoadAbandonedForAStaleHostCopyLeavesTheNextC
   ASSERT_TRUE(rig.Make(8 << 20, 8 << 20).ok());
   Extent home;
   const ShardId id = OneShard(rig, 1, &home);
-  rig.faults->HoldCompletions(true);
-  struct Release {
-    io::FaultInjectingBackend* f;
-    ~Release() { f->HoldCompletions(false); }
-  } release{rig.faults};
+  HeldDrive held(rig.faults);
   // A device load: its host copy is read from NVMe (held), the device copy waits for it.
   auto lease = rig.tm->Acquire(id, Tier::kDevice);
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   // The home is rewritten meanwhile (its content is the same here: only the marks matter).
   rig.tm->HomeRewritten(id);
-  rig.faults->HoldCompletions(false);
+  held.Release();
   // The read lands stale: the device load is abandoned, and the lease's wait loads again.
   auto p = lease->Wait();
   ASSERT_TRUE(p.ok()) << p.status().ToString();
@@ -113,12 +109,8 @@ TEST(TierManagerRewriteTest, BeginRewriteWaitsForAWriteBehindOfTheOldContentInFl
                        /*write_behind=*/true).ok());
   Extent home;
   const ShardId id = OneShard(rig, 1, &home);
-  rig.faults->HoldCompletions(true);
   std::future<void> rewrite;  // joined after the release below, before the rig ends
-  struct Release {
-    io::FaultInjectingBackend* f;
-    ~Release() { f->HoldCompletions(false); }
-  } release{rig.faults};
+  HeldDrive held(rig.faults);
   {
     auto lease = rig.tm->Acquire(id, Tier::kHost, AcquireMode::kOverwrite);  // nothing read
     ASSERT_TRUE(lease.ok()) << lease.status().ToString();
@@ -134,7 +126,7 @@ TEST(TierManagerRewriteTest, BeginRewriteWaitsForAWriteBehindOfTheOldContentInFl
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_FALSE(began.load()) << "BeginRewrite returned with the old content's write in flight";
-  rig.faults->HoldCompletions(false);
+  held.Release();
   rewrite.get();
   EXPECT_TRUE(began.load());
   WriteHomeDirectly(rig, home, 3);

@@ -59,6 +59,21 @@ struct Rig {
   }
 };
 
+// Holds every completion of the rig's drive (FaultInjectingBackend::HoldCompletions) from
+// construction until Release or destruction, so that however a test ends the drive goes on
+// before what waits on it is joined and the rig's engine drains.
+class HeldDrive {
+ public:
+  explicit HeldDrive(io::FaultInjectingBackend* f) : f_(f) { f_->HoldCompletions(true); }
+  ~HeldDrive() { Release(); }
+  HeldDrive(const HeldDrive&) = delete;
+  HeldDrive& operator=(const HeldDrive&) = delete;
+  void Release() { f_->HoldCompletions(false); }
+
+ private:
+  io::FaultInjectingBackend* f_;
+};
+
 // Registers n shards of kShard bytes homed on NVMe, shard i filled with the byte i.
 inline constexpr uint64_t kShard = 256 << 10;
 // Every shard is registered before the first WriteHome (which seals the manager).
