@@ -1,6 +1,9 @@
-// `zinf bench-comm`: the collectives' throughput, zinf's Communicator against Gloo's own
-// algorithms on the same TCP pairs (ring all-reduce, ring all-gather, halving-doubling
-// reduce-scatter), side by side and alternating, at sizes from 1 MiB to 256 MiB of fp32.
+// `zinf bench-comm`: the collectives' throughput, zinf's Communicator against the transport's own
+// algorithms on the same connections, side by side and alternating, at sizes from 1 MiB to
+// 256 MiB of fp32: over Gloo (--backend gloo) Gloo's ring all-reduce, ring all-gather and
+// halving-doubling reduce-scatter on the same TCP pairs; over NCCL (--backend nccl, one GPU a
+// rank) NCCL's own collectives on the same communicator, staged from and to host memory as
+// zinf's are.
 // Run it under `zinf launch --nproc N -- zinf bench-comm`. Each result is the median over
 // --reps of the slowest rank's time (a barrier before each timing); bus bandwidth as
 // nccl-tests computes it (all-reduce: size/time × 2(w-1)/w; the others: × (w-1)/w). Each
@@ -9,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,7 +20,9 @@
 #include <nlohmann/json.hpp>
 
 #include "src/base/units.h"
+#include "src/base/cuda_probe.h"
 #include "src/comm/gloo_transport.h"
+#include "src/comm/nccl_transport.h"
 #include "src/comm/p2p_communicator.h"
 #include "src/comm/world.h"
 #include "tools/commands.h"
@@ -30,7 +36,8 @@ struct BenchCommArgs {
   std::string sizes = "1MiB,4MiB,16MiB,64MiB,256MiB";
   int reps = 5;
   bool json = false;
-  bool no_gloo = false;
+  bool no_gloo = false;  // no baseline
+  std::string backend = "gloo";
   bool vs_handoff = false;
   std::string piece = "4MiB";
   unsigned depth = comm::CommOptions{}.pipeline_depth;
@@ -77,7 +84,14 @@ int Run(const BenchCommArgs& a) {
   opts.pipeline_depth = a.depth;
   auto transport = comm::ConnectGloo(*env, opts.timeout);
   if (!transport.ok()) return Fail(transport.status());
+  const bool nccl = a.backend == "nccl";
+  if (nccl) {
+    const comm::RankGpu gpu = comm::GpuOfRank(*env, ProbeCuda().device_count);
+    transport = comm::ConnectNccl(std::move(*transport), {}, gpu.ordinal, opts.timeout);
+    if (!transport.ok()) return Fail(transport.status());
+  }
   comm::Transport* raw = transport->get();
+  const std::string base = a.backend;  // the baseline's name
   auto c = comm::P2PCommunicator::Create(std::move(*transport), opts);
   auto* p2p = static_cast<comm::P2PCommunicator*>(c.get());
   const int w = c->world(), rank = c->rank();
@@ -100,14 +114,18 @@ int Run(const BenchCommArgs& a) {
     fmt::print("bench-comm: {}, fp32, median of {} (the slowest rank each time)\n",
                c->Describe(), a.reps);
     fmt::print("{:<15}{:>10}{:>10}{:>10}{:>15}{:>15}{:>11}\n", "op", "size", "zinf ms",
-               "gloo ms", "zinf bus GB/s", "gloo bus GB/s", "zinf/gloo");
+               base + " ms", "zinf bus GB/s", base + " bus GB/s", "zinf/" + base);
   }
   for (uint64_t size : *sizes) {
     const size_t n = std::max<size_t>(size_t(w), size / 4 / size_t(w) * size_t(w));  // divisible
     const size_t per = n / size_t(w);
     std::vector<float> buf(n), out(n);
-    auto gloo_rs = comm::GlooRaw::PrepareReduceScatter(*raw, buf.data(), per);
-    if (!gloo_rs.ok()) return Fail(gloo_rs.status());
+    std::function<Status()> gloo_rs;
+    if (!nccl) {
+      auto prepared = comm::GlooRaw::PrepareReduceScatter(*raw, buf.data(), per);
+      if (!prepared.ok()) return Fail(prepared.status());
+      gloo_rs = std::move(*prepared);
+    }
     const float want = float(w) * float(w + 1) / 2;  // Σ (rank + 1)
     for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
       const std::string name = op;
@@ -143,12 +161,19 @@ int Run(const BenchCommArgs& a) {
           }
         }
         if (a.no_gloo) continue;
-        // Gloo's own
+        // The transport's own
         std::fill(buf.begin(), buf.end(), float(rank + 1));
         Status s = timed([&] {
+          float* mine = buf.data() + size_t(rank) * per;
+          if (nccl) {
+            if (name == "all_reduce") return comm::NcclRaw::AllReduce(*raw, buf.data(), n);
+            if (name == "reduce_scatter")
+              return comm::NcclRaw::ReduceScatter(*raw, buf.data(), out.data(), per);
+            return comm::NcclRaw::AllGather(*raw, mine, out.data(), per);
+          }
           if (name == "all_reduce") return comm::GlooRaw::AllReduce(*raw, buf.data(), n);
-          if (name == "reduce_scatter") return (*gloo_rs)();
-          return comm::GlooRaw::AllGather(*raw, buf.data() + size_t(rank) * per, out.data(), per);
+          if (name == "reduce_scatter") return gloo_rs();
+          return comm::GlooRaw::AllGather(*raw, mine, out.data(), per);
         }, &secs);
         if (!s.ok()) return Fail(s);
         t.gloo.push_back(secs);
@@ -163,8 +188,9 @@ int Run(const BenchCommArgs& a) {
         std::fflush(stdout);
       }
       rows.push_back({{"op", name}, {"bytes", uint64_t(bytes)}, {"zinf_seconds", zs},
-                      {"gloo_seconds", gs}, {"zinf_bus_gbps", zbus}, {"gloo_bus_gbps", gbus},
-                      {"zinf_over_gloo", zs / gs}, {"zinf_all", t.zinf}, {"gloo_all", t.gloo}});
+                      {base + "_seconds", gs}, {"zinf_bus_gbps", zbus},
+                      {base + "_bus_gbps", gbus}, {"zinf_over_" + base, zs / gs},
+                      {"zinf_all", t.zinf}, {base + "_all", t.gloo}});
       if (a.vs_handoff) {
         const double hs = Median(t.handoff);
         rows.back()["handoff_seconds"] = hs;
@@ -189,8 +215,8 @@ void RegisterBenchComm(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<BenchCommArgs>();
   auto* cmd = app.add_subcommand(
       "bench-comm",
-      "Collectives' throughput, zinf's against Gloo's own on the same pairs (run under `zinf "
-      "launch --nproc N`)");
+      "Collectives' throughput, zinf's against the transport's own (Gloo's or NCCL's) on the same "
+      "connections (run under `zinf launch --nproc N`)");
   cmd->add_option("--sizes", args->sizes, "comma-separated sizes (fp32 vector per rank)");
   cmd->add_option("--reps", args->reps, "timed repetitions of each (median)")
       ->check(CLI::Range(1, 1000));
@@ -202,7 +228,11 @@ void RegisterBenchComm(CLI::App& app, int& exit_code) {
   cmd->add_flag("--vs-handoff", args->vs_handoff,
                  "also time zinf with every operation on the communicator's thread, never the "
                  "waiter's (CommOptions::waiter_runs off), alternating");
-  cmd->add_flag("--no-gloo", args->no_gloo, "time zinf's collectives only");
+  cmd->add_option("--backend", args->backend,
+                  "the transport: gloo (TCP) or nccl (one GPU a rank, builds with NCCL)")
+      ->check(CLI::IsMember({"gloo", "nccl"}));
+  cmd->add_flag("--no-baseline,--no-gloo", args->no_gloo,
+                "time zinf's collectives only, not the transport's own");
   cmd->add_flag("--json", args->json, "print JSON instead of a table");
   cmd->callback([args, &exit_code] { exit_code = Run(*args); });
 }

@@ -151,8 +151,8 @@ class GlooTransport final : public Transport {
         if (stopping_ || watched_ == nullptr) continue;
         const int peer = watched_peer_;
         lock.unlock();
-        auto gone = client_->Has(fmt::format("{}/rank/{}/closed", prefix_, Global(peer)));
-        const bool dead = !gone.ok() || *gone;  // no store: rank 0 is gone
+        auto gone = PeerGone(peer);
+        const bool dead = !gone.ok() || *gone;
         lock.lock();
         if (dead && watched_ != nullptr && watched_peer_ == peer) {
           dead_peer_ = peer;
@@ -184,6 +184,14 @@ class GlooTransport final : public Transport {
     } catch (const std::exception&) {
     }
     pending_.clear();
+  }
+
+  // The store keeps "<prefix>/rank/<r>/closed" once rank r's claiming connection closed; no
+  // store (rank 0 gone) counts as gone too. The watchdog only asks during a Wait.
+  Result<bool> PeerGone(int peer) override {
+    if (client_ == nullptr) return false;  // the file store cannot tell
+    auto gone = client_->Has(fmt::format("{}/rank/{}/closed", prefix_, Global(peer)));
+    return !gone.ok() || *gone;
   }
 
   std::unique_ptr<TcpStoreServer> server_;

@@ -7,6 +7,7 @@
 
 #include "src/comm/gloo_transport.h"
 #include "src/comm/local_transport.h"
+#include "src/comm/nccl_transport.h"
 #include "src/comm/p2p_communicator.h"
 
 namespace zinf::comm {
@@ -80,7 +81,17 @@ Result<WorldEnv> ReadWorldEnv() {
   return ReadWorldEnv([](const char* n) -> const char* { return std::getenv(n); });
 }
 
-Result<std::unique_ptr<Communicator>> Connect(const WorldEnv& env, const CommOptions& options) {
+const char* CommBackendName(CommBackend b) {
+  return b == CommBackend::kNccl ? "nccl" : "gloo";
+}
+
+RankGpu GpuOfRank(const WorldEnv& env, int device_count) {
+  if (device_count <= 0) return {};
+  return {env.local_rank % device_count, env.local_rank >= device_count};
+}
+
+Result<std::unique_ptr<Communicator>> Connect(const WorldEnv& env, const CommOptions& options,
+                                              const Link& link) {
   if (env.world == 1) {
     // The group must outlive the transport: a static one serves every world of one (its only
     // state is the mailbox, empty with no peers).
@@ -88,18 +99,26 @@ Result<std::unique_ptr<Communicator>> Connect(const WorldEnv& env, const CommOpt
     return P2PCommunicator::Create(solo.Join(0), options);
   }
   ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, ConnectGloo(env, options.timeout));
+  if (link.backend == CommBackend::kNccl) {
+    ZINF_ASSIGN_OR_RETURN(t, ConnectNccl(std::move(t), {}, link.cuda_ordinal, options.timeout));
+  }
   return P2PCommunicator::Create(std::move(t), options);
 }
 
 Result<std::unique_ptr<Communicator>> ConnectGroup(const WorldEnv& env, const CommOptions& options,
                                                    const std::string& name,
-                                                   std::span<const int> members) {
+                                                   std::span<const int> members,
+                                                   const Link& link) {
   if (members.size() == 1) {
     static LocalGroup solo(1);
     return P2PCommunicator::Create(solo.Join(0), options);
   }
   ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t,
                         ConnectGlooGroup(env, options.timeout, name, members));
+  if (link.backend == CommBackend::kNccl) {
+    ZINF_ASSIGN_OR_RETURN(
+        t, ConnectNccl(std::move(t), members, link.cuda_ordinal, options.timeout));
+  }
   return P2PCommunicator::Create(std::move(t), options);
 }
 

@@ -12,7 +12,8 @@
 //   Gloo over TCP. Rank 0 serves the rendezvous store on MASTER_ADDR:MASTER_PORT (tcp_store.h);
 //   every rank claims its rank there (a rank claimed twice is refused), checks WORLD_SIZE against
 //   rank 0's (a mismatch names both), and Gloo's full mesh of pairs is connected through it. Each
-//   step is bounded by CommOptions::timeout. The TCP address the pairs listen on is
+//   step is bounded by CommOptions::timeout. With Link::backend kNccl, NCCL's communicator is then
+//   set up over that mesh (nccl_transport.h) and carries the data. The TCP address the pairs listen on is
 //   ZINF_SOCKET_HOST when set, 127.0.0.1 when MASTER_ADDR is a loopback address, else this
 //   host's name.
 //
@@ -46,14 +47,35 @@ using GetEnvFn = std::function<const char*(const char*)>;
 Result<WorldEnv> ReadWorldEnv(const GetEnvFn& getenv_fn);
 Result<WorldEnv> ReadWorldEnv();  // from the process's environment
 
-Result<std::unique_ptr<Communicator>> Connect(const WorldEnv& env, const CommOptions& options);
+// Which transport carries the collectives' data: Gloo's TCP pairs (any ranks), or NCCL's sends
+// and receives (one GPU a rank, `cuda_ordinal`; nccl_transport.h). Both join through the same
+// rendezvous (NCCL's on top of Gloo's), and the collectives' results are the same bits.
+enum class CommBackend : uint8_t { kGloo, kNccl };
+const char* CommBackendName(CommBackend b);  // "gloo", "nccl"
+struct Link {
+  CommBackend backend = CommBackend::kGloo;
+  int cuda_ordinal = 0;
+};
+
+// This rank's GPU by torchrun's rule: LOCAL_RANK's. With more local ranks than GPUs
+// (device_count > 0) the ranks share them round-robin and `shared` says so (Gloo allows it;
+// NCCL refuses two ranks on one GPU). No GPU: ordinal 0, not shared.
+struct RankGpu {
+  int ordinal = 0;
+  bool shared = false;
+};
+RankGpu GpuOfRank(const WorldEnv& env, int device_count);
+
+Result<std::unique_ptr<Communicator>> Connect(const WorldEnv& env, const CommOptions& options,
+                                              const Link& link = {});
 
 // A communicator over a group of the world's ranks (`members`: world ranks in the group's rank
 // order, this rank among them), after Connect; every member calls it with the same name and
 // members, in the same order as the other groups it joins. A group of one needs no peer.
 Result<std::unique_ptr<Communicator>> ConnectGroup(const WorldEnv& env, const CommOptions& options,
                                                    const std::string& name,
-                                                   std::span<const int> members);
+                                                   std::span<const int> members,
+                                                   const Link& link = {});
 
 // HYBRID_SHARD's groups: the ranks of this node (torchrun numbers ranks node by node:
 // node = rank / local_world), and the ranks of this local rank on every node.

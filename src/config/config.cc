@@ -486,7 +486,8 @@ nlohmann::ordered_json Config::ToJson() const {
                  {"sharding_strategy", zinf.sharding_strategy},
                  {"comm",
                   {{"timeout_seconds", zinf.comm.timeout_seconds},
-                   {"check_sequence", zinf.comm.check_sequence}}},
+                   {"check_sequence", zinf.comm.check_sequence},
+                   {"backend", zinf.comm.backend}}},
                  {"strict", zinf.strict}};
   // Absent means none (not sized from the machine): left out, not "auto".
   if (zinf.budgets.host_bytes) {

@@ -218,6 +218,9 @@ struct CommConfig {
   // Before each collective the ranks compare what they issued (one small exchange each): a
   // rank issuing something else is named instead of hanging or summing the wrong values.
   bool check_sequence = false;
+  // What carries the collectives' data: "gloo" (TCP; any ranks) or "nccl" (one GPU a rank;
+  // builds with NCCL). The results are the same bits either way (communicator.h).
+  std::string backend = "gloo";
 };
 
 struct CheckpointConfig {

@@ -245,6 +245,10 @@ void ReadModel(Reader r, ModelConfig* c) {
 void ReadComm(Reader r, CommConfig* c) {
   r.Uint32("timeout_seconds", &c->timeout_seconds, 1, 86400);
   r.Bool("check_sequence", &c->check_sequence);
+  const Choices<std::string_view> backends = {{"gloo", "gloo"}, {"nccl", "nccl"}};
+  std::string_view backend = c->backend;
+  r.Enum("backend", &backend, backends);
+  c->backend = std::string(backend);
   r.Finish();
 }
 

@@ -40,6 +40,7 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   DeviceOptions dopt;
   dopt.budget_bytes = c.zinf.budgets.device_bytes.value_or(kAutoHostDeviceBudget);
   dopt.kind = options.device_kind;
+  dopt.cuda_ordinal = options.cuda_ordinal;
   dopt.copy_gbps = options.h2d_gbps;
   auto device = MakeDevice(dopt);
   if (!device.ok()) return device.status().WithContext(c.source + ": zinf.budgets.device_bytes");

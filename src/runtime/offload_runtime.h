@@ -50,6 +50,7 @@ struct RuntimeOptions {
   bool model_rules = true;
   Tracer* tracer = nullptr;
   DeviceKind device_kind = DeviceKind::kAuto;  // `zinf train --device`
+  int cuda_ordinal = 0;                         // which GPU (a rank's: LOCAL_RANK's)
   // The tier manager writes dirty host copies of NVMe-homed shards home as they are released
   // (TierManagerOptions::write_behind); the embedding engine sets it from zinf.write_behind.
   bool write_behind = false;

@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "src/base/cuda_probe.h"
 #include "src/base/hash.h"
+#include "src/base/log.h"
 
 namespace zinf::train {
 namespace {
@@ -17,6 +19,33 @@ std::string RankDir(const std::string& dir, int rank) {
 }
 
 }  // namespace
+
+Result<comm::Link> RankLink(const comm::WorldEnv& env, const Config& c, const CudaProbe& probe,
+                            int* cuda_ordinal) {
+  const comm::RankGpu gpu = comm::GpuOfRank(env, probe.device_count);
+  *cuda_ordinal = gpu.ordinal;
+  if (c.zinf.comm.backend != "nccl") {
+    if (gpu.shared) {
+      Log().info("train: rank {} shares GPU {} with other ranks (LOCAL_RANK {}, {} GPUs)",
+                 env.rank, gpu.ordinal, env.local_rank, probe.device_count);
+    }
+    return comm::Link{};
+  }
+  if (probe.device_count == 0) {
+    return FailedPrecondition(fmt::format(
+        "{}: zinf.comm.backend \"nccl\" needs a GPU a rank, and no GPU answers on rank {} ({}); "
+        "use \"gloo\"",
+        c.source, env.rank, probe.built_with_cuda ? probe.detail : "a build without CUDA"));
+  }
+  if (gpu.shared) {
+    return FailedPrecondition(fmt::format(
+        "{}: zinf.comm.backend \"nccl\" needs a GPU a rank: rank {} is LOCAL_RANK {} but this "
+        "node has {} GPU(s) (NCCL refuses two ranks on one GPU); use \"gloo\", or at most {} "
+        "ranks a node",
+        c.source, env.rank, env.local_rank, probe.device_count, probe.device_count));
+  }
+  return comm::Link{.backend = comm::CommBackend::kNccl, .cuda_ordinal = gpu.ordinal};
+}
 
 Result<Ranks> JoinRanks(const Config& c) {
   Ranks r;
@@ -35,16 +64,18 @@ Result<Ranks> JoinRanks(const Config& c) {
   comm::CommOptions o;
   o.timeout = std::chrono::seconds(c.zinf.comm.timeout_seconds);
   o.check_sequence = c.zinf.comm.check_sequence;
-  ZINF_ASSIGN_OR_RETURN(r.comm, comm::Connect(r.env, o));
+  ZINF_ASSIGN_OR_RETURN(comm::Link link, RankLink(r.env, c, ProbeCuda(), &r.cuda_ordinal));
+  ZINF_ASSIGN_OR_RETURN(r.comm, comm::Connect(r.env, o, link));
   if (hybrid) {
     // Every rank joins the node's group, then the replicas' (the same order everywhere).
     const std::vector<int> node = comm::NodeGroup(r.env), replicas = comm::ReplicaGroup(r.env);
     const int lw = r.env.local_world;
     ZINF_ASSIGN_OR_RETURN(
-        r.shard_comm, comm::ConnectGroup(r.env, o, fmt::format("node{}", r.env.rank / lw), node));
+        r.shard_comm,
+        comm::ConnectGroup(r.env, o, fmt::format("node{}", r.env.rank / lw), node, link));
     ZINF_ASSIGN_OR_RETURN(
         r.replica_comm,
-        comm::ConnectGroup(r.env, o, fmt::format("local{}", r.env.rank % lw), replicas));
+        comm::ConnectGroup(r.env, o, fmt::format("local{}", r.env.rank % lw), replicas, link));
   }
   return r;
 }

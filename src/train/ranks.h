@@ -10,7 +10,9 @@
 //   also joins two groups: shard_comm, this node's ranks (ZeRO-3 among them), and replica_comm,
 //   the ranks of this local rank on every node (the gradient chunks all-reduced across them, so
 //   each node holds one copy of the state); on one node it is FULL_SHARD. Checkpoints across
-//   ranks: checkpoint.h.
+//   ranks: checkpoint.h. Each rank's GPU is LOCAL_RANK's (shared round-robin when a node has
+//   fewer GPUs than ranks); zinf.comm.backend "nccl" carries the collectives over NCCL instead of
+//   Gloo, one GPU a rank (RankLink).
 // - CheckRanksAgree: every rank hashes what must be equal (the config as JSON, the steps, the
 //   data sources, the model's shape, the world size) and all fail, naming the ranks that differ,
 //   when one differs — before anything heavy is built.
@@ -30,6 +32,7 @@
 #include <span>
 #include <string>
 
+#include "src/base/cuda_probe.h"
 #include "src/comm/communicator.h"
 #include "src/comm/world.h"
 #include "src/config/config.h"
@@ -43,6 +46,8 @@ struct Ranks {
   // HYBRID_SHARD across nodes (else null): this node's ranks, and this local rank's on every
   // node. Declared after comm: closed before it.
   std::unique_ptr<comm::Communicator> shard_comm, replica_comm;
+  // This rank's GPU (LOCAL_RANK's; RankLink), for the training device and NCCL.
+  int cuda_ordinal = 0;
   int rank() const { return env.rank; }
   int world() const { return env.world; }
   bool lead() const { return env.rank == 0; }
@@ -54,6 +59,11 @@ struct Ranks {
 };
 
 Result<Ranks> JoinRanks(const Config& c);
+
+// This rank's GPU (comm::GpuOfRank) into *cuda_ordinal, and the link zinf.comm.backend asks for:
+// "nccl" is refused, naming the rank, when no GPU answers or the node's ranks outnumber its GPUs.
+Result<comm::Link> RankLink(const comm::WorldEnv& env, const Config& c, const CudaProbe& probe,
+                            int* cuda_ordinal);
 
 struct AgreementInputs {
   uint64_t steps = 0;

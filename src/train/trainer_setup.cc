@@ -327,6 +327,7 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
                                                                  placement.in_memory, share),
                                        .tracer = tracer.get(),
                                        .device_kind = opt.device,
+                                       .cuda_ordinal = ranks.cuda_ordinal,
                                        .h2d_gbps = opt.h2d_gbps,
                                        .keep_swap_files = eo.state_generations > 1,
                                        .reuse_swap_files = swap_in_checkpoint,

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "src/base/cuda_probe.h"
 #include "tests/cli/cli_util.h"
 #include "tests/cli/rank_cli_util.h"
 #include "tests/cli/train_cli_util.h"
@@ -393,6 +394,19 @@ TEST(TrainRanksCliTest, WhatCannotRunAcrossRanksIsRefused) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("HYBRID_SHARD shards within a node and replicates across nodes: it needs "
                        "at least 2 ranks on each node"),
+            std::string::npos) << r.err;
+
+  // NCCL with no GPU: each rank says why before it joins the others (GPU machines: the
+  // gpu-labelled nccl_transport_gpu_test).
+  if (ProbeCuda().device_count > 0) return;
+  const std::string nccl = dir / "nccl.json";
+  std::ofstream(nccl) << R"({"zinf": {"comm": {"backend": "nccl"}}})";
+  r = RunZinf(LaunchPrefix(2) + ZINF_BINARY + " " + Tiny(2) + " --config " + nccl +
+                  " --offload cpu",
+              dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(nccl + ": zinf.comm.backend \"nccl\" needs a GPU a rank, and no GPU "
+                       "answers on rank "),
             std::string::npos) << r.err;
 }
 

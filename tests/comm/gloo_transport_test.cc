@@ -24,19 +24,8 @@ namespace {
 using testing::OnThreads;
 using std::chrono::milliseconds;
 
-uint16_t FreePort() {
-  auto s = TcpStoreServer::Start("127.0.0.1", 0);
-  return s.ok() ? (*s)->port() : 0;
-}
-
-WorldEnv Env(int rank, int world, uint16_t port) {
-  WorldEnv e;
-  e.rank = e.local_rank = rank;
-  e.world = e.local_world = world;
-  e.master_port = port;
-  e.run_id = "test";
-  return e;
-}
+using testing::Env;
+using testing::FreePort;
 
 CommOptions Quick() {
   CommOptions o;
@@ -50,79 +39,8 @@ class GlooWorldTest : public ::testing::TestWithParam<int> {};
 TEST_P(GlooWorldTest, CollectivesMatchTheLocalTransportBitForBit) {
   const int w = GetParam();
   const uint16_t port = FreePort();
-  const size_t count = 3001;  // per rank, odd
-  std::vector<std::vector<float>> in(static_cast<size_t>(w)), rs(static_cast<size_t>(w)), ar(static_cast<size_t>(w)), ag(static_cast<size_t>(w));
-  for (int r = 0; r < w; ++r) {
-    in[size_t(r)].resize(count * static_cast<size_t>(w));
-    for (size_t i = 0; i < in[size_t(r)].size(); ++i)
-      in[size_t(r)][i] = std::ldexp(float(i % 97) - 48.5f, int((i + size_t(r)) % 17) - 8);
-    rs[size_t(r)].resize(count);
-    ar[size_t(r)].resize(count * static_cast<size_t>(w));
-    ag[size_t(r)].resize(count * static_cast<size_t>(w) * static_cast<size_t>(w));
-  }
-  // bf16 into fp32 (what the gradients' reduce-scatter sums): the first peer's pieces land in
-  // the back of each piece's place in the output while later pieces are still arriving.
-  std::vector<std::vector<uint16_t>> in16(static_cast<size_t>(w));
-  std::vector<std::vector<float>> rs16(static_cast<size_t>(w)), ar16(static_cast<size_t>(w));
-  for (int r = 0; r < w; ++r) {
-    for (float v : in[size_t(r)]) {
-      uint32_t bits;
-      std::memcpy(&bits, &v, 4);
-      in16[size_t(r)].push_back(uint16_t(bits >> 16));
-    }
-    rs16[size_t(r)].resize(count);
-    ar16[size_t(r)].resize(count * static_cast<size_t>(w));
-  }
-  auto widen = [](uint16_t h) {
-    const uint32_t bits = uint32_t{h} << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  };
-  std::vector<CommStats> stats(static_cast<size_t>(w));
-  OnThreads(w, [&](int r) {
-    auto c = Connect(Env(r, w, port), Quick());
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto& comm = **c;
-    EXPECT_NE(comm.Describe().find("gloo tcp 127.0.0.1"), std::string::npos);
-    ASSERT_TRUE(comm.ReduceScatter(in[size_t(r)].data(), DType::kF32, rs[size_t(r)].data(),
-                                   DType::kF32, count).Wait().ok());
-    ASSERT_TRUE(comm.AllReduce(in[size_t(r)].data(), DType::kF32, ar[size_t(r)].data(),
-                               DType::kF32, count * static_cast<size_t>(w)).Wait().ok());
-    ASSERT_TRUE(comm.AllGather(in[size_t(r)].data(), ag[size_t(r)].data(), count * static_cast<size_t>(w),
-                               DType::kF32).Wait().ok());
-    ASSERT_TRUE(comm.Barrier().Wait().ok());
-    stats[size_t(r)] = comm.stats();
-    ASSERT_TRUE(comm.ReduceScatter(in16[size_t(r)].data(), DType::kBf16, rs16[size_t(r)].data(),
-                                   DType::kF32, count).Wait().ok());
-    ASSERT_TRUE(comm.AllReduce(in16[size_t(r)].data(), DType::kBf16, ar16[size_t(r)].data(),
-                               DType::kF32, count * static_cast<size_t>(w)).Wait().ok());
-  });
-  for (int r = 0; r < w; ++r) {
-    for (size_t i = 0; i < count; ++i) {
-      float s = 0;
-      for (int p = 0; p < w; ++p) s = s + in[size_t(p)][size_t(r) * count + i];
-      ASSERT_EQ(std::memcmp(&rs[size_t(r)][i], &s, 4), 0);
-    }
-    for (size_t i = 0; i < count * static_cast<size_t>(w); ++i) {
-      float s = 0;
-      for (int p = 0; p < w; ++p) s = s + in[size_t(p)][i];
-      ASSERT_EQ(std::memcmp(&ar[size_t(r)][i], &s, 4), 0);
-    }
-    for (size_t i = 0; i < count; ++i) {
-      float s = 0;
-      for (int p = 0; p < w; ++p) s = s + widen(in16[size_t(p)][size_t(r) * count + i]);
-      ASSERT_EQ(std::memcmp(&rs16[size_t(r)][i], &s, 4), 0) << "bf16 reduce-scatter, rank " << r;
-    }
-    for (size_t i = 0; i < count * static_cast<size_t>(w); ++i) {
-      float s = 0;
-      for (int p = 0; p < w; ++p) s = s + widen(in16[size_t(p)][i]);
-      ASSERT_EQ(std::memcmp(&ar16[size_t(r)][i], &s, 4), 0) << "bf16 all-reduce, rank " << r;
-    }
-    EXPECT_EQ(ag[size_t(r)], ag[0]);
-    EXPECT_EQ(stats[size_t(r)].bytes_sent[size_t(OpKind::kReduceScatter)],
-              uint64_t(w - 1) * count * 4);
-  }
+  testing::CheckCollectivesBitForBit(
+      w, [&](int r) { return Connect(Env(r, w, port), Quick()); }, "gloo tcp 127.0.0.1");
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorldTest, ::testing::Values(2, 4),

@@ -23,6 +23,23 @@ TEST(WorldEnvTest, NothingSetIsAWorldOfOne) {
   EXPECT_EQ(e->rank, 0);
 }
 
+TEST(WorldEnvTest, EachLocalRankHasItsGpuSharedRoundRobinWhenTooFew) {
+  WorldEnv e;
+  e.world = e.local_world = 4;
+  e.local_rank = 3;
+  EXPECT_EQ(GpuOfRank(e, 4).ordinal, 3);
+  EXPECT_FALSE(GpuOfRank(e, 4).shared);
+  EXPECT_EQ(GpuOfRank(e, 8).ordinal, 3);
+  EXPECT_EQ(GpuOfRank(e, 2).ordinal, 1);
+  EXPECT_TRUE(GpuOfRank(e, 2).shared);
+  EXPECT_EQ(GpuOfRank(e, 0).ordinal, 0);  // no GPU: the host device, no ordinal used
+  EXPECT_FALSE(GpuOfRank(e, 0).shared);
+  e.local_rank = 0;
+  EXPECT_FALSE(GpuOfRank(e, 1).shared);
+  EXPECT_STREQ(CommBackendName(CommBackend::kNccl), "nccl");
+  EXPECT_STREQ(CommBackendName(CommBackend::kGloo), "gloo");
+}
+
 TEST(WorldEnvTest, ReadsTorchrunsVariables) {
   auto e = Read({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
                  {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"},

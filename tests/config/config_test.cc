@@ -347,6 +347,17 @@ TEST(ConfigTest, FsdpShardingStrategiesArePresetsOverTheStage) {
   EXPECT_EQ(Config::Defaults().Stage(), 3);
 }
 
+TEST(ConfigTest, CommBackendIsGlooOrNccl) {
+  EXPECT_EQ(Config::Defaults().zinf.comm.backend, "gloo");
+  auto nccl = Load(R"({"zinf": {"comm": {"backend": "nccl"}}})");
+  ASSERT_TRUE(nccl.ok()) << nccl.status().ToString();
+  EXPECT_EQ(nccl->zinf.comm.backend, "nccl");
+  EXPECT_EQ(nccl->ToJson()["zinf"]["comm"]["backend"], "nccl");
+  EXPECT_THAT(Refusal(R"({"zinf": {"comm": {"backend": "mpi"}}})"),
+              HasSubstr("zinf.comm.backend: \"mpi\" is not allowed; expected one of \"gloo\", "
+                        "\"nccl\""));
+}
+
 TEST(ConfigTest, EveryZeroStageIsAcceptedAndOthersRefused) {
   // Stages 0, 1 and 2 run across ranks, 3 is what one rank does (src/train/ranks.h).
   for (const char* doc : {R"({"zero_optimization": {"stage": 0}})",

@@ -27,6 +27,49 @@ std::vector<Ranks> MakeRanks(LocalWorld& lw) {
   return out;
 }
 
+// Each rank's GPU and link: LOCAL_RANK's GPU for the device, NCCL only with a GPU a rank.
+TEST(RanksTest, NcclIsRefusedWithoutAGpuARankAndGlooSharesThem) {
+  comm::WorldEnv env;
+  env.rank = 5;
+  env.world = 6;
+  env.local_rank = 2;
+  env.local_world = 3;
+  Config gloo = Config::Defaults();
+  gloo.source = "job.json";
+  Config nccl = gloo;
+  nccl.zinf.comm.backend = "nccl";
+  CudaProbe three{.built_with_cuda = true, .device_count = 3}, two = three, none = three;
+  two.device_count = 2;
+  none.device_count = 0;
+  none.detail = "no driver";
+  int ordinal = -1;
+
+  auto link = RankLink(env, gloo, two, &ordinal);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  EXPECT_EQ(link->backend, comm::CommBackend::kGloo);
+  EXPECT_EQ(ordinal, 0);  // local rank 2 of 3 on 2 GPUs: shares GPU 0
+
+  link = RankLink(env, nccl, three, &ordinal);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  EXPECT_EQ(link->backend, comm::CommBackend::kNccl);
+  EXPECT_EQ(link->cuda_ordinal, 2);
+  EXPECT_EQ(ordinal, 2);
+
+  link = RankLink(env, nccl, two, &ordinal);
+  ASSERT_FALSE(link.ok());
+  EXPECT_NE(link.status().message().find(
+                "job.json: zinf.comm.backend \"nccl\" needs a GPU a rank: rank 5 is LOCAL_RANK 2 "
+                "but this node has 2 GPU(s) (NCCL refuses two ranks on one GPU)"),
+            std::string::npos)
+      << link.status().ToString();
+
+  link = RankLink(env, nccl, none, &ordinal);
+  ASSERT_FALSE(link.ok());
+  EXPECT_NE(link.status().message().find("no GPU answers on rank 5 (no driver); use \"gloo\""),
+            std::string::npos)
+      << link.status().ToString();
+}
+
 TEST(RanksTest, MeanLossIsTheOneRankMeanInGlobalOrder) {
   const std::vector<double> losses = {4.1, 3.7, 5.3, 2.9, 4.4, 3.3};  // 3 ranks x 2
   double one = 0;
