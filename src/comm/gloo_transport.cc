@@ -152,7 +152,7 @@ class GlooTransport final : public Transport {
         const int peer = watched_peer_;
         lock.unlock();
         auto gone = PeerGone(peer);
-        const bool dead = !gone.ok() || *gone;
+        const bool dead = !gone.ok() || *gone;  // no store: rank 0 is gone
         lock.lock();
         if (dead && watched_ != nullptr && watched_peer_ == peer) {
           dead_peer_ = peer;
@@ -186,12 +186,11 @@ class GlooTransport final : public Transport {
     pending_.clear();
   }
 
-  // The store keeps "<prefix>/rank/<r>/closed" once rank r's claiming connection closed; no
-  // store (rank 0 gone) counts as gone too. The watchdog only asks during a Wait.
+  // The store keeps "<prefix>/rank/<r>/closed" once rank r's claiming connection closed; a
+  // store that cannot be reached is an error (rank 0 gone). The watchdog only asks during a Wait.
   Result<bool> PeerGone(int peer) override {
     if (client_ == nullptr) return false;  // the file store cannot tell
-    auto gone = client_->Has(fmt::format("{}/rank/{}/closed", prefix_, Global(peer)));
-    return !gone.ok() || *gone;
+    return client_->Has(fmt::format("{}/rank/{}/closed", prefix_, Global(peer)));
   }
 
   std::unique_ptr<TcpStoreServer> server_;

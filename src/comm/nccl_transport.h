@@ -6,31 +6,40 @@
 // Contract.
 // - ConnectNccl takes a connected transport of the same ranks (Gloo's, world.h's rendezvous:
 //   RANK claimed once, WORLD_SIZE checked) and keeps it: the ranks tell rank 0 over it whether
-//   their GPU answers and which one it is (its PCI bus id), rank 0 creates NCCL's unique id and
-//   hands it back over it, and it later tells a dead peer from a slow one (Transport::PeerGone).
-//   A rank whose GPU does not answer, or two ranks on one GPU (NCCL refuses it), fail every rank
-//   with a message naming the rank, its LOCAL_RANK's GPU and CUDA's words. The communicator is
-//   NCCL's non-blocking kind: its set-up and every launch are polled against `timeout`, never
-//   waited for blindly.
+//   their GPU answers and which one it is (machine and PCI bus id), rank 0 creates NCCL's unique
+//   id and hands it back over it, and it later tells a dead peer from a slow one
+//   (Transport::PeerGone). A rank whose GPU does not answer, two ranks on one GPU (NCCL refuses
+//   it), or NCCL_COMM_BLOCKING set (it would defeat the timeouts) fail every rank with a message
+//   naming the rank and the cause. The communicator is NCCL's non-blocking kind: its set-up and
+//   every launch are polled against `timeout`, never waited for blindly.
 // - The communicator's contract is unchanged (communicator.h): its buffers are host memory and
 //   its sums are the host's, in rank order, so the results are bit for bit those of Gloo and of
 //   one rank. Post copies a step's sends into pinned staging, then (in stream order, on the
 //   transport's own stream) to device memory (stream-ordered allocation), runs the step's
 //   ncclSend/ncclRecv in one group, copies the receives back to pinned staging and records an
 //   event. Wait polls the event and NCCL's asynchronous error, then copies the receives into the
-//   caller's buffers: nothing lands in them at any other moment.
+//   caller's buffers. Pinned staging grows to at most 256 MiB while steps are in flight; a step
+//   that needs more first completes the oldest ones (their receives land in the callers'
+//   buffers then, before their Wait: the Transport contract allows it).
+// - Each transfer carries its byte count in an 8-byte header, and the receiver checks it: a
+//   receive whose size differs from the peer's send fails (Internal, naming the peer and both
+//   sizes) or, when NCCL waits for bytes that never come, ends in the timeout; never a silent
+//   truncation. CommOptions::check_sequence names the mismatched collective before it happens.
 // - Failures: a peer silent past the timeout fails the step with Aborted naming the step's
 //   peers; a peer whose process ended (its store connection closed, asked every second after the
-//   first) with Unavailable naming it; an NCCL or CUDA error with its text. Each aborts the NCCL
+//   first, and whenever NCCL reports an error) with Unavailable naming it; an unreachable store
+//   with Unavailable naming rank 0; an NCCL or CUDA error with its text. Each aborts the NCCL
 //   communicator (ncclCommAbort: its kernels end) and breaks the transport: every later call
-//   fails with the first error. A receive whose byte count differs from the peer's send is not
-//   checked by NCCL: it ends in the timeout (or in NCCL's error), never in a silent truncation;
-//   CommOptions::check_sequence names the mismatch before it happens.
+//   fails with the first error.
 // - After an abort the staging memory is not freed (a copy queued behind the aborted kernels may
 //   still write it): the transport is dead and its process is about to report the failure.
+//   Freeing pinned memory and aborting synchronize the whole GPU: the teardown of one
+//   communicator can wait for another on the same GPU (HYBRID_SHARD's groups) whose kernel waits
+//   for a silent peer, until that one's timeout.
 //
-// Thread-safety: as transport.h: one thread at a time; each call makes its GPU current on the
-// calling thread (the communicator runs operations on its own thread or on a waiter's).
+// Thread-safety: as transport.h: one thread at a time. Each call makes the transport's GPU
+// current on the calling thread and gives the thread its own device back when it returns (the
+// communicator runs operations on its own thread or on a waiter's).
 #pragma once
 
 #include <chrono>

@@ -49,9 +49,10 @@ class Transport {
   virtual Status Wait(uint64_t tag, std::chrono::milliseconds timeout) = 0;
   virtual void Cancel() = 0;
   // Whether `peer`'s process is known to have ended (its connection to the rendezvous store
-  // closed); false when this transport cannot tell (threads; Gloo's file store). Used by a
-  // transport built on this one for its rendezvous (nccl_transport.h) to name a dead peer
-  // before its timeout. Not while a Wait of this transport runs.
+  // closed); false when this transport cannot tell (threads; Gloo's file store); an error when
+  // the store cannot be reached. Used by a transport built on this one for its rendezvous
+  // (nccl_transport.h) to name a dead peer before its timeout. Not while a Wait of this
+  // transport runs.
   virtual Result<bool> PeerGone(int /*peer*/) { return false; }
   // Post and Wait.
   Status Exchange(uint64_t tag, std::span<const SendOp> sends, std::span<const RecvOp> recvs,

@@ -57,6 +57,14 @@ TEST(NcclGpuTest, ASilentRankFailsTheOtherWithinTheTimeout) {
   double waited = 0;
   std::atomic<bool> rank0_done{false};
   OnThreads(2, [&](int r) {
+    // Rank 0 says it is done however it leaves (a failed ASSERT returns early).
+    struct Done {
+      std::atomic<bool>* flag;
+      bool mine;
+      ~Done() {
+        if (mine) *flag = true;
+      }
+    } done{&rank0_done, r == 0};
     auto c = Connect(Env(r, 2, port), Options(seconds(3)), OnGpu(r));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     if (r == 1) {  // issues nothing until rank 0 has given up
@@ -67,7 +75,6 @@ TEST(NcclGpuTest, ASilentRankFailsTheOtherWithinTheTimeout) {
     const auto t0 = Clock::now();
     got[0] = (*c)->AllReduce(v.data(), DType::kF32, v.data(), DType::kF32, v.size()).Wait();
     waited = std::chrono::duration<double>(Clock::now() - t0).count();
-    rank0_done = true;
   });
   ASSERT_FALSE(got[0].ok());
   EXPECT_EQ(got[0].code(), StatusCode::kAborted) << got[0].ToString();
