@@ -13,6 +13,7 @@
 #include "src/comm/nccl_transport_impl.h"
 
 namespace zinf::comm {
+ZINF_NCCL_BUILD_BEGIN
 namespace nccl_detail {
 namespace {
 
@@ -243,11 +244,14 @@ Status NcclRaw::ReduceScatter(Transport& transport, const float* send, float* re
 
 Result<std::unique_ptr<Transport>> ConnectNccl(std::unique_ptr<Transport> rendezvous,
                                                std::span<const int> members, int cuda_ordinal,
-                                               std::chrono::milliseconds timeout) {
+                                               std::chrono::milliseconds timeout,
+                                               size_t staging_cap) {
   if (rendezvous == nullptr) return InvalidArgument("ConnectNccl: no rendezvous transport");
-  auto t = std::make_unique<NcclTransport>(std::move(rendezvous), members, cuda_ordinal, timeout);
+  auto t = std::make_unique<NcclTransport>(std::move(rendezvous), members, cuda_ordinal, timeout,
+                                           staging_cap);
   ZINF_RETURN_IF_ERROR(t->Start());
   return std::unique_ptr<Transport>(std::move(t));
 }
 
+ZINF_NCCL_BUILD_END
 }  // namespace zinf::comm

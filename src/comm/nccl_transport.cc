@@ -8,16 +8,19 @@
 
 #include "src/comm/nccl_transport_impl.h"
 
-namespace zinf::comm::nccl_detail {
+namespace zinf::comm {
+ZINF_NCCL_BUILD_BEGIN
+namespace nccl_detail {
 
 NcclTransport::NcclTransport(std::unique_ptr<Transport> rendezvous, std::span<const int> members,
-                             int ordinal, Ms timeout)
+                             int ordinal, Ms timeout, size_t staging_cap)
     : rdv_(std::move(rendezvous)),
       members_(members.begin(), members.end()),
       ordinal_(ordinal),
       timeout_(timeout),
       rank_(rdv_->rank()),
-      world_(rdv_->world()) {}
+      world_(rdv_->world()),
+      staging_cap_(staging_cap) {}
 
 std::string NcclTransport::Who() const { return fmt::format("rank {}", Global(rank_)); }
 
@@ -168,7 +171,7 @@ Result<int> NcclTransport::TakePinned(size_t bytes) {
       pinned_[size_t(best)].used = true;
       return best;
     }
-    if (pinned_total_ + size <= kStagingCap) break;
+    if (pinned_total_ + size <= staging_cap_) break;
     ZINF_ASSIGN_OR_RETURN(bool retired, RetireOldest());
     if (!retired) {
       // Nothing in flight, so nothing writes the blocks: give them back before a larger one.
@@ -370,13 +373,15 @@ NcclTransport::~NcclTransport() {
     }
   }
   if (comm_ != nullptr && !aborted_) ncclCommDestroy(comm_);
-  if (aborted_) return;  // the staging may still be written by copies queued behind the abort
-  if (stream_ != nullptr) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
+  if (stream_ != nullptr && !aborted_) cudaStreamSynchronize(stream_);
+  // A stream or an event with work still queued may be destroyed: CUDA releases it once the
+  // work is done.
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  if (aborted_) return;  // the staging may still be written by copies queued behind the abort
   for (PinnedBlock& b : pinned_) cudaFreeHost(b.p);
 }
 
-}  // namespace zinf::comm::nccl_detail
+}  // namespace nccl_detail
+ZINF_NCCL_BUILD_END
+}  // namespace zinf::comm

@@ -18,7 +18,8 @@
 //   transport's own stream) to device memory (stream-ordered allocation), runs the step's
 //   ncclSend/ncclRecv in one group, copies the receives back to pinned staging and records an
 //   event. Wait polls the event and NCCL's asynchronous error, then copies the receives into the
-//   caller's buffers. Pinned staging grows to at most 256 MiB while steps are in flight; a step
+//   caller's buffers. Pinned staging grows to at most `staging_cap` (256 MiB) while steps are in
+//   flight; a step
 //   that needs more first completes the oldest ones (their receives land in the callers'
 //   buffers then, before their Wait: the Transport contract allows it).
 // - Each transfer carries its byte count in an 8-byte header, and the receiver checks it: a
@@ -49,7 +50,22 @@
 
 #include "src/comm/transport.h"
 
+// Tests compile this transport a second time against a fake CUDA and NCCL on the host
+// (tests/comm/fake_nccl/), with ZINF_NCCL_FAKE defined: that build's names live in an inline
+// namespace of their own, so both builds link into one test program.
+#ifdef ZINF_NCCL_FAKE
+#define ZINF_NCCL_BUILD_BEGIN inline namespace nccl_fake {
+#define ZINF_NCCL_BUILD_END }
+#else
+#define ZINF_NCCL_BUILD_BEGIN
+#define ZINF_NCCL_BUILD_END
+#endif
+
 namespace zinf::comm {
+ZINF_NCCL_BUILD_BEGIN
+
+// The most pinned staging a transport grows to while steps are in flight (ConnectNccl).
+inline constexpr size_t kNcclStagingCap = size_t{256} << 20;
 
 // Whether this build has the NCCL transport, and NCCL's version ("2.28.9"; "" without it).
 bool NcclBuilt();
@@ -57,9 +73,11 @@ std::string NcclVersion();
 
 // `rendezvous`: the same ranks connected (Gloo). `members`: the world ranks of a group, in the
 // group's rank order (empty: the world; only messages use it). `cuda_ordinal`: this rank's GPU.
+// `staging_cap`: see the contract (tests make it small).
 Result<std::unique_ptr<Transport>> ConnectNccl(std::unique_ptr<Transport> rendezvous,
                                                std::span<const int> members, int cuda_ordinal,
-                                               std::chrono::milliseconds timeout);
+                                               std::chrono::milliseconds timeout,
+                                               size_t staging_cap = kNcclStagingCap);
 
 // NCCL's own collectives on fp32 host vectors (bench-comm's baseline over NCCL): each copies its
 // input to the GPU (through the transport's pinned staging), runs NCCL's algorithm there, copies
@@ -74,4 +92,5 @@ struct NcclRaw {
                               size_t count);
 };
 
+ZINF_NCCL_BUILD_END
 }  // namespace zinf::comm

@@ -19,7 +19,9 @@
 
 #include "src/comm/nccl_transport.h"
 
-namespace zinf::comm::nccl_detail {
+namespace zinf::comm {
+ZINF_NCCL_BUILD_BEGIN
+namespace nccl_detail {
 
 using Ms = std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
@@ -31,10 +33,6 @@ inline constexpr size_t kAlign = 256;
 inline constexpr size_t kHeader = 8;
 inline size_t Up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 inline size_t Slot(size_t bytes) { return Up(bytes + kHeader); }
-// Pinned staging is not grown past this while steps are in flight: a step that would need more
-// first waits for the oldest ones (their receives then land in the callers' buffers early, which
-// the Transport contract allows).
-inline constexpr size_t kStagingCap = size_t{256} << 20;
 
 // Makes a GPU current on the calling thread for one call, and gives the thread its own back
 // after it (the communicator may run a step on its caller's thread).
@@ -59,7 +57,7 @@ class DeviceScope {
 class NcclTransport final : public Transport {
  public:
   NcclTransport(std::unique_ptr<Transport> rendezvous, std::span<const int> members, int ordinal,
-                Ms timeout);
+                Ms timeout, size_t staging_cap);
   ~NcclTransport() override;
 
   int rank() const override { return rank_; }
@@ -142,9 +140,15 @@ class NcclTransport final : public Transport {
   std::deque<uint64_t> order_;      // steps not finished, in posting order
   bool has_launching_ = false;      // a step whose group end is still in progress
   uint64_t launching_ = 0;
+  // Pinned staging is not grown past staging_cap_ while steps are in flight: a step that would
+  // need more first waits for the oldest ones (their receives then land in the callers' buffers
+  // early, which the Transport contract allows).
   std::vector<PinnedBlock> pinned_;
   size_t pinned_total_ = 0;
+  size_t staging_cap_;
   std::vector<cudaEvent_t> free_events_, events_;
 };
 
-}  // namespace zinf::comm::nccl_detail
+}  // namespace nccl_detail
+ZINF_NCCL_BUILD_END
+}  // namespace zinf::comm

@@ -10,7 +10,8 @@ std::string NcclVersion() { return ""; }
 Result<std::unique_ptr<Transport>> ConnectNccl(std::unique_ptr<Transport> /*rendezvous*/,
                                                std::span<const int> /*members*/,
                                                int /*cuda_ordinal*/,
-                                               std::chrono::milliseconds /*timeout*/) {
+                                               std::chrono::milliseconds /*timeout*/,
+                                               size_t /*staging_cap*/) {
   return Unimplemented(
       "this build of zinf has no NCCL transport: it was built without CUDA, or without NCCL's "
       "nccl.h and libnccl (looked for under the CUDA toolkit and NCCL_ROOT), or with "

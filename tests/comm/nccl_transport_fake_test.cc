@@ -1,0 +1,315 @@
+// The NCCL transport's own code (src/comm/nccl_transport.cc, nccl_setup.cc) over the fake CUDA
+// and NCCL of tests/comm/fake_nccl/, ranks as threads joined through the TCP store and Gloo as
+// `zinf launch` ranks are: what nccl_transport_gpu_test checks on GPUs, checked on every machine
+// and under the sanitizers. The fake records every breach of CUDA's and NCCL's rules it can see
+// (work queued on a stream while NCCL starts a call, pageable copies): no test here may make one,
+// and the last test shows the record is not blind.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "src/comm/gloo_transport.h"
+#include "src/comm/nccl_transport.h"
+#include "src/comm/p2p_communicator.h"
+#include "tests/comm/comm_test_util.h"
+#include "tests/comm/fake_nccl/cuda_runtime.h"
+#include "tests/comm/fake_nccl/fake_nccl_control.h"
+#include "tests/comm/fake_nccl/nccl.h"
+
+namespace zinf::comm {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::Env;
+using testing::FreePort;
+using testing::OnThreads;
+using Clock = std::chrono::steady_clock;
+
+class FakeNcclTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake_nccl::SetDeviceCount(8);
+    fake_nccl::ClearBreaches();
+  }
+  void TearDown() override { EXPECT_EQ(fake_nccl::Breaches(), std::vector<std::string>{}); }
+};
+
+Result<std::unique_ptr<Transport>> Join(int rank, int world, uint16_t port, int gpu,
+                                        milliseconds timeout,
+                                        size_t staging_cap = kNcclStagingCap) {
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Transport> rdv,
+                        ConnectGloo(Env(rank, world, port), timeout));
+  return ConnectNccl(std::move(rdv), {}, gpu, timeout, staging_cap);
+}
+
+CommOptions Options(milliseconds timeout) {
+  CommOptions o;
+  o.timeout = timeout;
+  o.piece_bytes = 1000;
+  return o;
+}
+
+Result<std::unique_ptr<Communicator>> JoinComm(int rank, int world, uint16_t port,
+                                               const CommOptions& o,
+                                               size_t staging_cap = kNcclStagingCap) {
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t,
+                        Join(rank, world, port, rank, o.timeout, staging_cap));
+  return P2PCommunicator::Create(std::move(t), o);
+}
+
+class FakeNcclWorldTest : public FakeNcclTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(FakeNcclWorldTest, CollectivesMatchGlooAndOneRankBitForBit) {
+  const int w = GetParam();
+  const uint16_t port = FreePort();
+  testing::CheckCollectivesBitForBit(
+      w, [&](int r) { return JoinComm(r, w, port, Options(milliseconds(30000))); },
+      "nccl 2.28.0 GPU ");
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, FakeNcclWorldTest, ::testing::Values(2, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+TEST_F(FakeNcclTest, TwoRanksOnOneGpuAreRefusedNamingIt) {
+  const uint16_t port = FreePort();
+  std::vector<Status> got(2);
+  OnThreads(2, [&](int r) {
+    auto t = Join(r, 2, port, /*gpu=*/0, milliseconds(30000));
+    got[size_t(r)] = t.ok() ? Status::Ok() : t.status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[size_t(r)].code(), StatusCode::kFailedPrecondition) << got[size_t(r)].ToString();
+    EXPECT_NE(got[size_t(r)].message().find(
+                  "NCCL cannot start: rank 1: it uses the GPU at PCI 0000:01:00.0 as rank 0 does"),
+              std::string::npos)
+        << got[size_t(r)].ToString();
+  }
+}
+
+TEST_F(FakeNcclTest, NcclCommBlockingIsRefusedOnEveryRank) {
+  ::setenv("NCCL_COMM_BLOCKING", "1", 1);
+  const uint16_t port = FreePort();
+  std::vector<Status> got(2);
+  OnThreads(2, [&](int r) {
+    auto t = Join(r, 2, port, r, milliseconds(30000));
+    got[size_t(r)] = t.ok() ? Status::Ok() : t.status();
+  });
+  ::unsetenv("NCCL_COMM_BLOCKING");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(got[size_t(r)].message().find("NCCL cannot start: rank 0: NCCL_COMM_BLOCKING=1 is "
+                                            "set"),
+              std::string::npos)
+        << got[size_t(r)].ToString();
+  }
+}
+
+TEST_F(FakeNcclTest, ASilentRankFailsTheOtherAtTheTimeout) {
+  const uint16_t port = FreePort();
+  Status got;
+  double waited = 0;
+  std::atomic<bool> rank0_done{false};
+  OnThreads(2, [&](int r) {
+    struct Done {
+      std::atomic<bool>* flag;
+      bool mine;
+      ~Done() {
+        if (mine) *flag = true;
+      }
+    } done{&rank0_done, r == 0};
+    auto c = JoinComm(r, 2, port, Options(milliseconds(2000)));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    if (r == 1) {  // issues nothing until rank 0 has given up
+      while (!rank0_done) std::this_thread::sleep_for(milliseconds(10));
+      return;
+    }
+    std::vector<float> v(1000, 1.0f);
+    const auto t0 = Clock::now();
+    got = (*c)->AllReduce(v.data(), DType::kF32, v.data(), DType::kF32, v.size()).Wait();
+    waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  });
+  EXPECT_EQ(got.code(), StatusCode::kAborted) << got.ToString();
+  EXPECT_NE(got.message().find("rank 0: no answer from rank 1 within 2 s while moving a step's "
+                               "data"),
+            std::string::npos)
+      << got.ToString();
+  EXPECT_GE(waited, 1.9);
+  EXPECT_LT(waited, 8.0);
+}
+
+TEST_F(FakeNcclTest, ARankGoneIsNamedLongBeforeTheTimeout) {
+  const uint16_t port = FreePort();
+  Status got;
+  double waited = 0;
+  OnThreads(2, [&](int r) {
+    auto c = JoinComm(r, 2, port, Options(milliseconds(60000)));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    if (r == 1) {  // leaves: its store connection closes as a dead process's would
+      c->reset();
+      return;
+    }
+    std::vector<float> v(1000, 1.0f);
+    const auto t0 = Clock::now();
+    got = (*c)->AllReduce(v.data(), DType::kF32, v.data(), DType::kF32, v.size()).Wait();
+    waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  });
+  EXPECT_EQ(got.code(), StatusCode::kUnavailable) << got.ToString();
+  EXPECT_NE(got.message().find("rank 0: rank 1 exited or died (its store connection closed)"),
+            std::string::npos)
+      << got.ToString();
+  EXPECT_LT(waited, 10.0);
+}
+
+// Each transfer carries its size: a receive posted for another size than the send fails,
+// naming the peer and both sizes, instead of handing over short data.
+TEST_F(FakeNcclTest, AReceiveOfAnotherSizeIsNamed) {
+  const uint16_t port = FreePort();
+  std::vector<Status> got(2);
+  OnThreads(2, [&](int r) {
+    auto t = Join(r, 2, port, r, milliseconds(30000));
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<char> buf(200, char(r));
+    if (r == 0) {
+      const SendOp s{1, buf.data(), 100};
+      got[0] = (*t)->Exchange(5, {&s, 1}, {}, milliseconds(30000));
+    } else {
+      const RecvOp v{0, buf.data(), 200};
+      got[1] = (*t)->Exchange(5, {}, {&v, 1}, milliseconds(30000));
+    }
+  });
+  EXPECT_TRUE(got[0].ok()) << got[0].ToString();
+  EXPECT_EQ(got[1].code(), StatusCode::kInternal) << got[1].ToString();
+  EXPECT_NE(got[1].message().find("rank 1: rank 0 sent 100 bytes where this rank expected 200"),
+            std::string::npos)
+      << got[1].ToString();
+}
+
+// A reduce-scatter posts all its pieces ahead with two ranks: the staging stops growing at
+// its cap (the oldest steps complete first), and the sums are still exact.
+TEST_F(FakeNcclTest, StagingStopsGrowingAtItsCap) {
+  const size_t count = size_t{1} << 20;  // floats per rank: 4 MiB, in pieces of 256 KiB
+  auto run = [&](size_t cap, uint64_t* peak) {
+    const uint16_t port = FreePort();
+    fake_nccl::ResetPinnedPeak();
+    const uint64_t before = fake_nccl::PinnedBytes();
+    std::vector<std::vector<float>> in(2), out(2, std::vector<float>(count));
+    for (int r = 0; r < 2; ++r)
+      for (size_t i = 0; i < 2 * count; ++i) in[size_t(r)].push_back(float((i * 7 + size_t(r)) % 1000));
+    OnThreads(2, [&](int r) {
+      CommOptions o = Options(milliseconds(30000));
+      o.piece_bytes = 256 << 10;
+      auto c = JoinComm(r, 2, port, o, cap);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      ASSERT_TRUE((*c)->ReduceScatter(in[size_t(r)].data(), DType::kF32, out[size_t(r)].data(),
+                                      DType::kF32, count)
+                      .Wait()
+                      .ok());
+    });
+    for (int r = 0; r < 2; ++r)
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(out[size_t(r)][i], in[0][size_t(r) * count + i] + in[1][size_t(r) * count + i]);
+    *peak = fake_nccl::PinnedPeakBytes() - before;
+  };
+  uint64_t capped = 0, uncapped = 0;
+  run(size_t{2} << 20, &capped);
+  run(kNcclStagingCap, &uncapped);
+  EXPECT_LE(capped, uint64_t{2} * (2u << 20)) << "two ranks, 2 MiB each";
+  EXPECT_GT(uncapped, uint64_t{2} * (8u << 20)) << "without the cap every piece held its block";
+}
+
+// The communicator runs steps on its caller's thread: the transport's GPU is current only
+// during its calls.
+TEST_F(FakeNcclTest, TheCallersGpuIsGivenBack) {
+  const uint16_t port = FreePort();
+  std::vector<int> after(2, -1);
+  OnThreads(2, [&](int r) {
+    ASSERT_EQ(cudaSetDevice(5 + r), cudaSuccess);
+    auto c = JoinComm(r, 2, port, Options(milliseconds(30000)));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    std::vector<float> v(100, 1.0f);
+    ASSERT_TRUE((*c)->AllReduce(v.data(), DType::kF32, v.data(), DType::kF32, v.size())
+                    .Wait()
+                    .ok());
+    EXPECT_EQ(v[0], 2.0f);
+    after[size_t(r)] = fake_nccl::CurrentDevice();
+  });
+  EXPECT_EQ(after, (std::vector<int>{5, 6}));
+}
+
+// NCCL's own collectives (bench-comm's baseline), staged the same way.
+TEST_F(FakeNcclTest, NcclsOwnCollectivesAgree) {
+  const uint16_t port = FreePort();
+  const size_t n = 1000;
+  std::vector<std::vector<float>> ar(2), ag(2, std::vector<float>(2 * n)),
+      rs(2, std::vector<float>(n));
+  OnThreads(2, [&](int r) {
+    auto t = Join(r, 2, port, r, milliseconds(30000));
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<float> mine(2 * n);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = float(i + 1000 * size_t(r));
+    ar[size_t(r)] = mine;
+    ASSERT_TRUE(NcclRaw::AllReduce(**t, ar[size_t(r)].data(), 2 * n).ok());
+    ASSERT_TRUE(NcclRaw::AllGather(**t, mine.data(), ag[size_t(r)].data(), n).ok());
+    ASSERT_TRUE(NcclRaw::ReduceScatter(**t, mine.data(), rs[size_t(r)].data(), n).ok());
+  });
+  for (int r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < 2 * n; ++i) ASSERT_EQ(ar[size_t(r)][i], float(2 * i + 1000));
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(ag[size_t(r)][i], float(i));
+      ASSERT_EQ(ag[size_t(r)][n + i], float(i + 1000));
+      ASSERT_EQ(rs[size_t(r)][i], float(2 * (size_t(r) * n + i) + 1000));
+    }
+  }
+}
+
+// The fake sees what NCCL and CUDA forbid: work queued on a stream while its communicator is
+// still starting a call, and a copy from pageable memory.
+TEST(FakeNcclRulesTest, WorkQueuedWhileStartingAndPageableCopiesAreRecorded) {
+  fake_nccl::SetDeviceCount(8);
+  fake_nccl::ClearBreaches();
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm = nullptr;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ASSERT_EQ(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclInProgress);
+  ncclResult_t state = ncclInProgress;
+  ASSERT_EQ(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+  ASSERT_EQ(state, ncclSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, 64, cudaHostAllocDefault), cudaSuccess);
+  std::vector<char> dev(64), pageable(64);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclSend(dev.data(), 8, ncclUint8, 0, comm, stream), ncclSuccess);
+  ASSERT_EQ(ncclRecv(dev.data() + 8, 8, ncclUint8, 0, comm, stream), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclInProgress);
+  EXPECT_EQ(cudaMemcpyAsync(pinned, dev.data(), 8, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  ASSERT_EQ(fake_nccl::Breaches().size(), 1u);
+  EXPECT_NE(fake_nccl::Breaches()[0].find("queued a copy on a stream whose NCCL communicator is "
+                                          "still starting a call"),
+            std::string::npos);
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclSend(dev.data(), 8, ncclUint8, 0, comm, stream), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);  // NCCL refuses a call while one is starting
+  do {
+    ASSERT_EQ(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+  } while (state == ncclInProgress);
+  EXPECT_EQ(cudaMemcpyAsync(pageable.data(), dev.data(), 8, cudaMemcpyDeviceToHost, stream),
+            cudaSuccess);
+  ASSERT_EQ(fake_nccl::Breaches().size(), 3u);
+  EXPECT_NE(fake_nccl::Breaches()[2].find("pageable"), std::string::npos);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  fake_nccl::ClearBreaches();
+}
+
+}  // namespace
+}  // namespace zinf::comm
