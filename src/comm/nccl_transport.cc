@@ -236,13 +236,14 @@ Status NcclTransport::Complete(Step& s, Clock::time_point deadline, Ms timeout) 
   const char* host = pinned_[size_t(s.pinned)].p;
   size_t off = s.send_bytes;
   for (const RecvOp& r : s.recvs) {
-    uint64_t sent = 0;
-    std::memcpy(&sent, host + off, kHeader);
-    if (sent != r.bytes) {
+    uint64_t header[2] = {0, 0};  // tag, bytes
+    std::memcpy(header, host + off, kHeader);
+    if (header[0] != s.tag || header[1] != r.bytes) {
       return Fail(Internal(fmt::format(
-          "{}: rank {} sent {} bytes where this rank expected {}: the ranks issued different "
-          "collectives (zinf.comm.check_sequence names them)",
-          Who(), Global(r.peer), sent, r.bytes)));
+          "{}: rank {} sent step {} ({} bytes) where this rank expected step {} ({} bytes): the "
+          "ranks issued different collectives (zinf.comm.check_sequence names them) or posted "
+          "their steps in different orders (NCCL matches transfers by order)",
+          Who(), Global(r.peer), header[0], header[1], s.tag, r.bytes)));
     }
     std::memcpy(r.data, host + off + kHeader, r.bytes);
     off += Slot(r.bytes);
@@ -274,6 +275,7 @@ Status NcclTransport::Post(uint64_t tag, std::span<const SendOp> sends,
   // before the last call has started.
   ZINF_RETURN_IF_ERROR(FinishLaunching(Clock::now() + timeout_, timeout_));
   Step st;
+  st.tag = tag;
   auto add_peer = [&st](int p) {
     if (std::find(st.peers.begin(), st.peers.end(), p) == st.peers.end()) st.peers.push_back(p);
   };
@@ -301,8 +303,8 @@ Status NcclTransport::Post(uint64_t tag, std::span<const SendOp> sends,
   char* host = pinned_[size_t(st.pinned)].p;
   size_t off = 0;
   for (const SendOp* s : live_sends) {
-    const uint64_t n = s->bytes;
-    std::memcpy(host + off, &n, kHeader);
+    const uint64_t header[2] = {tag, s->bytes};
+    std::memcpy(host + off, header, kHeader);
     std::memcpy(host + off + kHeader, s->data, s->bytes);
     off += Slot(s->bytes);
   }

@@ -22,10 +22,13 @@
 //   flight; a step
 //   that needs more first completes the oldest ones (their receives land in the callers'
 //   buffers then, before their Wait: the Transport contract allows it).
-// - Each transfer carries its byte count in an 8-byte header, and the receiver checks it: a
-//   receive whose size differs from the peer's send fails (Internal, naming the peer and both
-//   sizes) or, when NCCL waits for bytes that never come, ends in the timeout; never a silent
-//   truncation. CommOptions::check_sequence names the mismatched collective before it happens.
+// - NCCL matches a send with the receive posted in the same position, not by tag: the transport
+//   says so (Transport::MatchesInPostOrder) and the communicator then posts its steps in the same
+//   order on every rank. Each transfer carries its step's tag and byte count in a 16-byte
+//   header, and the receiver checks both: a transfer of another step or size fails (Internal,
+//   naming the peer, both steps and both sizes), or ends in the timeout when NCCL waits for
+//   bytes that never come; never silently wrong data. CommOptions::check_sequence names a
+//   mismatched collective before it happens.
 // - Failures: a peer silent past the timeout fails the step with Aborted naming the step's
 //   peers; a peer whose process ended (its store connection closed, asked every second after the
 //   first, and whenever NCCL reports an error) with Unavailable naming it; an unreachable store

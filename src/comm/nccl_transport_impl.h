@@ -27,10 +27,10 @@ using Ms = std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 // Each transfer's place in the staging starts on a 256-byte boundary (what cudaMalloc gives) and
-// holds an 8-byte header, the sender's byte count (the receiver checks it against its own), then
-// the payload.
+// holds a 16-byte header, the step's tag and the sender's byte count (the receiver checks both
+// against its own: NCCL matches transfers by order, not by tag), then the payload.
 inline constexpr size_t kAlign = 256;
-inline constexpr size_t kHeader = 8;
+inline constexpr size_t kHeader = 16;
 inline size_t Up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 inline size_t Slot(size_t bytes) { return Up(bytes + kHeader); }
 
@@ -68,6 +68,7 @@ class NcclTransport final : public Transport {
   Status Wait(uint64_t tag, Ms timeout) override;
   void Cancel() override;
   Result<bool> PeerGone(int peer) override { return rdv_->PeerGone(peer); }
+  bool MatchesInPostOrder() const override { return true; }
 
   // The hello to rank 0, NCCL's id back, the communicator and the stream (nccl_setup.cc).
   Status Start();
@@ -81,6 +82,7 @@ class NcclTransport final : public Transport {
 
  private:
   struct Step {
+    uint64_t tag = 0;
     std::vector<RecvOp> recvs;  // the caller's buffers
     std::vector<int> peers;
     size_t send_bytes = 0, recv_bytes = 0;  // staging: the sends' slots, then the receives'

@@ -333,7 +333,12 @@ Status P2PCommunicator::ReduceRegions(OpKind kind, const uint8_t* send, DType se
   for (const Region& g : regions) send_end = std::max(send_end, (g.offset + g.length) * in_b);
   const auto o0 = reinterpret_cast<uintptr_t>(out), s0 = reinterpret_cast<uintptr_t>(send);
   const bool out_apart = mine_len == 0 || o0 + mine_len * out_b <= s0 || o0 >= s0 + send_end;
-  const size_t direct = w > 1 && out_apart && out_b >= in_b ? (r + 1) % w : w;  // w: none
+  // Whether the output is apart can differ by rank (one rank in place, or with an empty
+  // region): a transport matching in post order (NCCL) stages every peer instead, so that the
+  // schedule below, and so the order of the posts, is the same on every rank.
+  const bool rank_free = transport_->MatchesInPostOrder();
+  const size_t direct =
+      w > 1 && out_apart && out_b >= in_b && !rank_free ? (r + 1) % w : w;  // w: none
   const size_t staged_peers = w - 1 - (direct < w ? 1 : 0);
   const size_t stride = std::min(piece, longest) * in_b;  // one rank's piece in a slot
   const size_t slot = w * stride;                          // one piece of every rank

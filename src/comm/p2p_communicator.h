@@ -11,7 +11,9 @@
 //   pieces land straight in the output (at the back of each piece's place, read before the sum
 //   stores there) unless the output overlaps the input; the others' go through pipeline_depth
 //   staging slots, pipeline_depth-1 pieces ahead. With two ranks and the output apart from the
-//   input there is no staging, and every piece's receive is posted at the start;
+//   input there is no staging, and every piece's receive is posted at the start. Over a
+//   transport that matches transfers in post order (NCCL), every peer is staged, so the steps
+//   are posted in the same order on every rank whatever each rank's buffers;
 // - all-reduce: the same over `world` near-equal regions of the vector, each summed piece sent
 //   to every rank as soon as it is summed (the all-gather half, pipelined with the reduction);
 // - broadcast: the root sends to every rank; barrier: a one-byte message to every rank.

@@ -48,6 +48,10 @@ class Transport {
                       std::span<const RecvOp> recvs) = 0;
   virtual Status Wait(uint64_t tag, std::chrono::milliseconds timeout) = 0;
   virtual void Cancel() = 0;
+  // Whether a transfer matches the peer's transfer posted in the same position rather than the
+  // one with its tag (NCCL's sends and receives): the caller must then post its steps in the
+  // same order on every rank, not only with the same tags.
+  virtual bool MatchesInPostOrder() const { return false; }
   // Whether `peer`'s process is known to have ended (its connection to the rendezvous store
   // closed); false when this transport cannot tell (threads; Gloo's file store); an error when
   // the store cannot be reached. Used by a transport built on this one for its rendezvous

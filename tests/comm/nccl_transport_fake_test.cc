@@ -121,7 +121,7 @@ TEST_F(FakeNcclTest, ASilentRankFailsTheOtherAtTheTimeout) {
         if (mine) *flag = true;
       }
     } done{&rank0_done, r == 0};
-    auto c = JoinComm(r, 2, port, Options(milliseconds(2000)));
+    auto c = JoinComm(r, 2, port, Options(milliseconds(4000)));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     if (r == 1) {  // issues nothing until rank 0 has given up
       while (!rank0_done) std::this_thread::sleep_for(milliseconds(10));
@@ -133,12 +133,13 @@ TEST_F(FakeNcclTest, ASilentRankFailsTheOtherAtTheTimeout) {
     waited = std::chrono::duration<double>(Clock::now() - t0).count();
   });
   EXPECT_EQ(got.code(), StatusCode::kAborted) << got.ToString();
-  EXPECT_NE(got.message().find("rank 0: no answer from rank 1 within 2 s while moving a step's "
-                               "data"),
+  // On GPUs the first transfer toward a silent peer may stay "starting" instead (NCCL connects
+  // lazily); the fake starts it at once.
+  EXPECT_NE(got.message().find("rank 0: no answer from rank 1 within 4 s while "),
             std::string::npos)
       << got.ToString();
-  EXPECT_GE(waited, 1.9);
-  EXPECT_LT(waited, 8.0);
+  EXPECT_GE(waited, 3.9);
+  EXPECT_LT(waited, 15.0);
 }
 
 TEST_F(FakeNcclTest, ARankGoneIsNamedLongBeforeTheTimeout) {
@@ -164,32 +165,123 @@ TEST_F(FakeNcclTest, ARankGoneIsNamedLongBeforeTheTimeout) {
   EXPECT_LT(waited, 10.0);
 }
 
-// Each transfer carries its size: a receive posted for another size than the send fails,
-// naming the peer and both sizes, instead of handing over short data.
+// Each transfer carries its step's tag and size: NCCL matches transfers by order, so a receive
+// of another size, or of another step, would otherwise hand over the wrong bytes.
+struct RawRun {
+  std::vector<Status> got = std::vector<Status>(2);
+};
+
+// Rank 0 sends `sends` (tag, bytes) in order, rank 1 receives `recvs` in order; each rank then
+// waits for its steps in order. Neither leaves before both are done (a rank gone is another
+// test).
+RawRun Exchanges(const std::vector<std::pair<uint64_t, size_t>>& sends,
+                 const std::vector<std::pair<uint64_t, size_t>>& recvs, milliseconds timeout) {
+  RawRun run;
+  const uint16_t port = FreePort();
+  std::atomic<int> done{0};
+  OnThreads(2, [&](int r) {
+    struct Leave {
+      std::atomic<int>* done;
+      ~Leave() {
+        ++*done;
+        while (*done < 2) std::this_thread::sleep_for(milliseconds(5));
+      }
+    };
+    auto t = Join(r, 2, port, r, timeout);
+    Leave leave{&done};  // destroyed before t
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<std::vector<char>> bufs;
+    const auto& mine = r == 0 ? sends : recvs;
+    for (const auto& [tag, bytes] : mine) {
+      bufs.emplace_back(bytes, char(tag));
+      const SendOp s{1, bufs.back().data(), bytes};
+      const RecvOp v{0, bufs.back().data(), bytes};
+      Status posted = r == 0 ? (*t)->Post(tag, {&s, 1}, {}) : (*t)->Post(tag, {}, {&v, 1});
+      if (!posted.ok()) {
+        run.got[size_t(r)] = posted;
+        return;
+      }
+    }
+    for (const auto& step : mine) {
+      Status s = (*t)->Wait(step.first, timeout);
+      if (!s.ok()) {
+        run.got[size_t(r)] = s;
+        (*t)->Cancel();
+        return;
+      }
+    }
+  });
+  return run;
+}
+
 TEST_F(FakeNcclTest, AReceiveOfAnotherSizeIsNamed) {
+  RawRun run = Exchanges({{5, 200}}, {{5, 100}}, milliseconds(30000));
+  EXPECT_TRUE(run.got[0].ok()) << run.got[0].ToString();
+  EXPECT_EQ(run.got[1].code(), StatusCode::kInternal) << run.got[1].ToString();
+  EXPECT_NE(run.got[1].message().find("rank 1: rank 0 sent step 5 (200 bytes) where this rank "
+                                      "expected step 5 (100 bytes)"),
+            std::string::npos)
+      << run.got[1].ToString();
+}
+
+TEST_F(FakeNcclTest, ALargerReceiveThanTheSendEndsAtTheTimeout) {
+  RawRun run = Exchanges({{5, 100}}, {{5, 200}}, milliseconds(2000));
+  EXPECT_EQ(run.got[1].code(), StatusCode::kAborted) << run.got[1].ToString();
+  EXPECT_NE(run.got[1].message().find("no answer from rank 0 within 2 s"), std::string::npos)
+      << run.got[1].ToString();
+}
+
+TEST_F(FakeNcclTest, StepsPostedInAnotherOrderAreNamed) {
+  RawRun run = Exchanges({{1, 100}, {2, 100}}, {{2, 100}, {1, 100}}, milliseconds(30000));
+  EXPECT_EQ(run.got[1].code(), StatusCode::kInternal) << run.got[1].ToString();
+  EXPECT_NE(run.got[1].message().find("rank 1: rank 0 sent step 1 (100 bytes) where this rank "
+                                      "expected step 2 (100 bytes)"),
+            std::string::npos)
+      << run.got[1].ToString();
+}
+
+// Whether a rank's output overlaps its input changes how Gloo's schedule posts its steps; over
+// NCCL the communicator keeps one schedule on every rank, so one rank in place and one not
+// still sum right.
+TEST_F(FakeNcclTest, OneRankInPlaceAndOneNotSumRight) {
+  const uint16_t port = FreePort();
+  const size_t n = 6001;
+  std::vector<std::vector<float>> in(2), out(2, std::vector<float>(n));
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < n; ++i) in[size_t(r)].push_back(float((i * 13 + size_t(r) * 7) % 101));
+  const std::vector<float> in0 = in[0], in1 = in[1];
+  OnThreads(2, [&](int r) {
+    auto c = JoinComm(r, 2, port, Options(milliseconds(30000)));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    float* dst = r == 0 ? in[0].data() : out[1].data();  // rank 0 in place
+    ASSERT_TRUE((*c)->AllReduce(in[size_t(r)].data(), DType::kF32, dst, DType::kF32, n)
+                    .Wait()
+                    .ok());
+  });
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(in[0][i], in0[i] + in1[i]) << i;
+    ASSERT_EQ(out[1][i], in0[i] + in1[i]) << i;
+  }
+}
+
+TEST_F(FakeNcclTest, ARankWhoseGpuDoesNotAnswerIsNamedByEveryRank) {
+  fake_nccl::SetDeviceCount(1);
   const uint16_t port = FreePort();
   std::vector<Status> got(2);
   OnThreads(2, [&](int r) {
     auto t = Join(r, 2, port, r, milliseconds(30000));
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    std::vector<char> buf(200, char(r));
-    if (r == 0) {
-      const SendOp s{1, buf.data(), 100};
-      got[0] = (*t)->Exchange(5, {&s, 1}, {}, milliseconds(30000));
-    } else {
-      const RecvOp v{0, buf.data(), 200};
-      got[1] = (*t)->Exchange(5, {}, {&v, 1}, milliseconds(30000));
-    }
+    got[size_t(r)] = t.ok() ? Status::Ok() : t.status();
   });
-  EXPECT_TRUE(got[0].ok()) << got[0].ToString();
-  EXPECT_EQ(got[1].code(), StatusCode::kInternal) << got[1].ToString();
-  EXPECT_NE(got[1].message().find("rank 1: rank 0 sent 100 bytes where this rank expected 200"),
-            std::string::npos)
-      << got[1].ToString();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(got[size_t(r)].message().find("NCCL cannot start: rank 1: GPU 1 does not answer: "
+                                            "invalid device ordinal (cudaErrorInvalidDevice)"),
+              std::string::npos)
+        << got[size_t(r)].ToString();
+  }
 }
 
-// A reduce-scatter posts all its pieces ahead with two ranks: the staging stops growing at
-// its cap (the oldest steps complete first), and the sums are still exact.
+// A reduce-scatter posting 15 pieces ahead: the staging stops growing at its cap (the oldest
+// steps complete first), and the sums are still exact.
 TEST_F(FakeNcclTest, StagingStopsGrowingAtItsCap) {
   const size_t count = size_t{1} << 20;  // floats per rank: 4 MiB, in pieces of 256 KiB
   auto run = [&](size_t cap, uint64_t* peak) {
@@ -202,6 +294,7 @@ TEST_F(FakeNcclTest, StagingStopsGrowingAtItsCap) {
     OnThreads(2, [&](int r) {
       CommOptions o = Options(milliseconds(30000));
       o.piece_bytes = 256 << 10;
+      o.pipeline_depth = 16;  // 15 steps ahead
       auto c = JoinComm(r, 2, port, o, cap);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
       ASSERT_TRUE((*c)->ReduceScatter(in[size_t(r)].data(), DType::kF32, out[size_t(r)].data(),
@@ -226,18 +319,24 @@ TEST_F(FakeNcclTest, StagingStopsGrowingAtItsCap) {
 TEST_F(FakeNcclTest, TheCallersGpuIsGivenBack) {
   const uint16_t port = FreePort();
   std::vector<int> after(2, -1);
+  std::vector<int> after_close(2, -1);
   OnThreads(2, [&](int r) {
     ASSERT_EQ(cudaSetDevice(5 + r), cudaSuccess);
-    auto c = JoinComm(r, 2, port, Options(milliseconds(30000)));
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    std::vector<float> v(100, 1.0f);
-    ASSERT_TRUE((*c)->AllReduce(v.data(), DType::kF32, v.data(), DType::kF32, v.size())
-                    .Wait()
-                    .ok());
-    EXPECT_EQ(v[0], 2.0f);
-    after[size_t(r)] = fake_nccl::CurrentDevice();
+    {
+      // The transport driven on this thread (no communicator thread in between).
+      auto t = Join(r, 2, port, r, milliseconds(30000));
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      std::vector<float> v(100, float(r)), w(100);
+      const SendOp s{1 - r, v.data(), v.size() * 4};
+      const RecvOp g{1 - r, w.data(), w.size() * 4};
+      ASSERT_TRUE((*t)->Exchange(7, {&s, 1}, {&g, 1}, milliseconds(30000)).ok());
+      EXPECT_EQ(w[0], float(1 - r));
+      after[size_t(r)] = fake_nccl::CurrentDevice();
+    }
+    after_close[size_t(r)] = fake_nccl::CurrentDevice();
   });
   EXPECT_EQ(after, (std::vector<int>{5, 6}));
+  EXPECT_EQ(after_close, (std::vector<int>{5, 6}));
 }
 
 // NCCL's own collectives (bench-comm's baseline), staged the same way.

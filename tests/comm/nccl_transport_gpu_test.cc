@@ -65,7 +65,7 @@ TEST(NcclGpuTest, ASilentRankFailsTheOtherWithinTheTimeout) {
         if (mine) *flag = true;
       }
     } done{&rank0_done, r == 0};
-    auto c = Connect(Env(r, 2, port), Options(seconds(3)), OnGpu(r));
+    auto c = Connect(Env(r, 2, port), Options(seconds(5)), OnGpu(r));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     if (r == 1) {  // issues nothing until rank 0 has given up
       while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -78,9 +78,10 @@ TEST(NcclGpuTest, ASilentRankFailsTheOtherWithinTheTimeout) {
   });
   ASSERT_FALSE(got[0].ok());
   EXPECT_EQ(got[0].code(), StatusCode::kAborted) << got[0].ToString();
-  EXPECT_NE(got[0].message().find("no answer from rank 1 within 3 s"), std::string::npos)
+  // While "starting a transfer" (NCCL connects to a peer lazily) or "moving a step's data".
+  EXPECT_NE(got[0].message().find("no answer from rank 1 within 5 s while "), std::string::npos)
       << got[0].ToString();
-  EXPECT_LT(waited, 8.0);
+  EXPECT_LT(waited, 15.0);
 }
 
 TEST(NcclGpuTest, ARankGoneIsNamedBeforeTheTimeout) {

@@ -20,11 +20,11 @@
 #include "tests/comm/fake_nccl/fake_nccl_control.h"
 #include "tests/comm/fake_nccl/nccl.h"
 
+namespace {
+
 struct World {
   int n = 0, joined = 0;
 };
-
-namespace {
 
 struct Op {
   enum Kind { kSend, kRecv, kAllReduce, kAllGather, kReduceScatter } kind;
@@ -49,9 +49,11 @@ struct Globals {
   uint64_t pinned_bytes = 0, pinned_peak = 0;
   std::vector<std::string> breaches;
   std::map<std::string, std::shared_ptr<World>> worlds;
-  // Messages in flight: (world, from, to, channel) -> payloads in order. Channel 0: sends and
+  // Bytes in flight: (world, from, to, channel) -> a byte stream, as NCCL's connection between
+  // two ranks is: a receive takes the next `count` bytes whatever the sends' sizes (a smaller
+  // one leaves the rest for the next receive, a larger one waits for more). Channel 0: sends and
   // receives; 1: the collectives' inputs.
-  std::map<std::tuple<const World*, int, int, int>, std::deque<std::vector<char>>> boxes;
+  std::map<std::tuple<const World*, int, int, int>, std::deque<char>> boxes;
   uint64_t next_id = 0;
   std::string last_error;
 };
@@ -133,18 +135,19 @@ void Enqueue(cudaStream_t s, std::function<void()> op, const char* what) {
 void Deposit(const zinf_fake_comm* c, int to, int channel, const void* data, size_t bytes) {
   std::lock_guard<std::mutex> lock(G().mu);
   const char* p = static_cast<const char*>(data);
-  G().boxes[{c->world.get(), c->rank, to, channel}].emplace_back(p, p + bytes);
+  auto& box = G().boxes[{c->world.get(), c->rank, to, channel}];
+  box.insert(box.end(), p, p + bytes);
   G().cv.notify_all();
 }
 
-// The next message from `from`, or false when the communicator was aborted first.
-bool Take(zinf_fake_comm* c, int from, int channel, std::vector<char>* out) {
+// The next `bytes` bytes from `from`, or false when the communicator was aborted first.
+bool Take(zinf_fake_comm* c, int from, int channel, size_t bytes, std::vector<char>* out) {
   std::unique_lock<std::mutex> lock(G().mu);
   auto& box = G().boxes[{c->world.get(), from, c->rank, channel}];
-  G().cv.wait(lock, [&] { return c->aborted || !box.empty(); });
+  G().cv.wait(lock, [&] { return c->aborted || box.size() >= bytes; });
   if (c->aborted) return false;
-  *out = std::move(box.front());
-  box.pop_front();
+  out->assign(box.begin(), box.begin() + std::ptrdiff_t(bytes));
+  box.erase(box.begin(), box.begin() + std::ptrdiff_t(bytes));
   return true;
 }
 
@@ -164,8 +167,8 @@ void RunGroup(const std::vector<Op>& ops) {
     zinf_fake_comm* c = o.comm;
     std::vector<char> got;
     if (o.kind == Op::kRecv) {
-      if (!Take(c, o.peer, 0, &got)) return;
-      std::memcpy(o.recv, got.data(), std::min(got.size(), o.count * Bytes(o.type)));
+      if (!Take(c, o.peer, 0, o.count * Bytes(o.type), &got)) return;
+      std::memcpy(o.recv, got.data(), got.size());
       continue;
     }
     if (o.kind == Op::kSend) continue;
@@ -176,7 +179,7 @@ void RunGroup(const std::vector<Op>& ops) {
       if (p == c->rank) {
         std::memcpy(in[size_t(p)].data(), o.send, n * 4);
       } else {
-        if (!Take(c, p, 1, &got)) return;
+        if (!Take(c, p, 1, n * 4, &got)) return;
         std::memcpy(in[size_t(p)].data(), got.data(), n * 4);
       }
     }
@@ -381,6 +384,8 @@ const char* ncclGetErrorString(ncclResult_t r) {
 const char* ncclGetLastError(ncclComm_t comm) {
   thread_local std::string copy;
   std::lock_guard<std::mutex> lock(G().mu);
+  if (comm != nullptr && comm->aborted)
+    BreachLocked("ncclGetLastError on an aborted communicator (ncclCommAbort freed it)");
   copy = comm != nullptr ? comm->last : G().last_error;
   return copy.c_str();
 }
@@ -459,6 +464,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t c) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
   std::lock_guard<std::mutex> lock(G().mu);
+  if (c->aborted) return Refuse(c, "ncclCommDestroy on an aborted communicator");
   if (c->state == zinf_fake_comm::kStarting || c->state == zinf_fake_comm::kFinalizing)
     return Refuse(c, "ncclCommDestroy while a call is still starting");
   c->state = zinf_fake_comm::kDone;
@@ -467,6 +473,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
 
 ncclResult_t ncclCommAbort(ncclComm_t c) {
   std::lock_guard<std::mutex> lock(G().mu);
+  if (c->aborted) return Refuse(c, "ncclCommAbort twice");
   if (c->state == zinf_fake_comm::kStarting) c->pending.front().stream->starting--;
   c->pending.clear();
   c->aborted = true;

@@ -1,6 +1,7 @@
 // tests/comm/fake_nccl/nccl.h — the part of NCCL's API the NCCL transport uses, faked on the
 // host (fake_nccl.cc) over its fake streams: communicators of ranks that are threads of one
-// process, point-to-point messages matched in order per pair of ranks, the three collectives.
+// process, point-to-point transfers matched in order per pair of ranks (a byte stream: a receive
+// of another size than its send takes a prefix, or waits), the three collectives.
 // Renamed to zinf_fake_* as cuda_runtime.h's functions are.
 //
 // Like NCCL 2.28's non-blocking communicators (config.blocking = 0): the set-up stays in
@@ -8,7 +9,9 @@
 // call is started by a later ncclCommGetAsyncError (which first answers ncclInProgress once).
 // A call on a communicator that is still starting one is refused with ncclInvalidUsage and
 // recorded as a breach, as NCCL refuses it. ncclCommAbort ends the waits of its own work; a
-// peer's waits go on (a silent rank), as with NCCL.
+// peer's waits go on (a silent rank), as with NCCL; any call on an aborted communicator is a
+// breach (NCCL freed it). Not modelled: a first transfer toward a peer that stays starting until
+// the peer joins in (NCCL connects lazily), asynchronous errors.
 #pragma once
 
 #include <cstddef>
