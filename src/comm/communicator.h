@@ -90,8 +90,10 @@ struct CommOptions {
   bool check_sequence = false;
   // Reductions move pieces of at most this many input bytes per peer, `pipeline_depth` pieces
   // in flight (at least 2) for the peers whose pieces are staged: all but one, or all when the
-  // output overlaps the input (p2p_communicator.h). The staging, depth * world * piece_bytes,
-  // is allocated only when some peer is staged (never with two ranks and the output apart).
+  // output overlaps the input or the transport matches in post order (NCCL;
+  // p2p_communicator.h). The staging, depth * world * piece_bytes, is allocated only when some
+  // peer is staged (never with two ranks and the output apart, except over NCCL). Every rank
+  // must use the same piece_bytes and pipeline_depth: they set the steps and their tags.
   size_t piece_bytes = size_t{4} << 20;
   unsigned pipeline_depth = 4;
   // A Wait on an operation still queued while none runs runs it on the waiter's thread (see

@@ -329,6 +329,7 @@ Status P2PCommunicator::ReduceRegions(OpKind kind, const uint8_t* send, DType se
   // input; the other peers' land in staging slots. With no peer staged (two ranks), every
   // piece's transfers are posted at once: a receive is posted long before its data comes, so
   // the sender never waits for the receiver's "ready" (worth 10-20% at 256 MiB on loopback).
+  // Over a transport matching in post order (NCCL) every peer is staged (below).
   size_t send_end = 0;  // bytes of `send` the regions cover
   for (const Region& g : regions) send_end = std::max(send_end, (g.offset + g.length) * in_b);
   const auto o0 = reinterpret_cast<uintptr_t>(out), s0 = reinterpret_cast<uintptr_t>(send);
