@@ -19,9 +19,8 @@
 //   ncclSend/ncclRecv in one group, copies the receives back to pinned staging and records an
 //   event. Wait polls the event and NCCL's asynchronous error, then copies the receives into the
 //   caller's buffers. Pinned staging grows to at most `staging_cap` (256 MiB) while steps are in
-//   flight; a step
-//   that needs more first completes the oldest ones (their receives land in the callers'
-//   buffers then, before their Wait: the Transport contract allows it).
+//   flight; a step that needs more first completes the oldest ones (their receives land in the
+//   callers' buffers then, before their Wait: the Transport contract allows it).
 // - NCCL matches a send with the receive posted in the same position, not by tag: the transport
 //   says so (Transport::MatchesInPostOrder) and the communicator then posts its steps in the same
 //   order on every rank. Each transfer carries its step's tag and byte count in a 16-byte
