@@ -182,14 +182,8 @@ Status NcclTransport::RunRaw(const char* what, const void* in, size_t in_bytes, 
   if (e == cudaSuccess) e = cudaFreeAsync(st.dev, stream_);
   if (e == cudaSuccess) e = cudaEventRecord(st.done, stream_);
   if (e != cudaSuccess) return Fail(CudaError(e, std::string("copying back ") + what));
-  ZINF_RETURN_IF_ERROR(Until(deadline, timeout_, st.peers, what, [this, &st]() -> Result<bool> {
-    const cudaError_t q = cudaEventQuery(st.done);
-    if (q == cudaSuccess) return true;
-    if (q != cudaErrorNotReady) return CudaError(q, "cudaEventQuery");
-    Result<bool> started = Started();
-    if (!started.ok()) return started.status();
-    return false;
-  }));
+  ZINF_RETURN_IF_ERROR(
+      Until(deadline, timeout_, st.peers, what, [this, &st] { return Reached(st.done); }));
   std::memcpy(out, host + out_off, out_bytes);
   Release(st);
   return Status::Ok();

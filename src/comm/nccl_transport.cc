@@ -77,6 +77,15 @@ Result<bool> NcclTransport::Started() const {
   return NcclError(state, "NCCL");
 }
 
+Result<bool> NcclTransport::Reached(cudaEvent_t e) const {
+  const cudaError_t q = cudaEventQuery(e);
+  if (q == cudaSuccess) return true;
+  if (q != cudaErrorNotReady) return CudaError(q, "cudaEventQuery");
+  Result<bool> started = Started();  // NCCL's asynchronous error, if any
+  if (!started.ok()) return started.status();
+  return false;
+}
+
 Status NcclTransport::GonePeer(const std::vector<int>& peers, const char* what,
                                Clock::time_point deadline) {
   for (int p : peers) {
@@ -225,14 +234,7 @@ Status NcclTransport::Complete(Step& s, Clock::time_point deadline, Ms timeout) 
   if (s.finished) return Status::Ok();
   if (!s.launched) ZINF_RETURN_IF_ERROR(FinishLaunching(deadline, timeout));
   ZINF_RETURN_IF_ERROR(Until(deadline, timeout, s.peers, "moving a step's data",
-                             [this, &s]() -> Result<bool> {
-                               const cudaError_t e = cudaEventQuery(s.done);
-                               if (e == cudaSuccess) return true;
-                               if (e != cudaErrorNotReady) return CudaError(e, "cudaEventQuery");
-                               Result<bool> started = Started();
-                               if (!started.ok()) return started.status();
-                               return false;
-                             }));
+                             [this, &s] { return Reached(s.done); }));
   const char* host = pinned_[size_t(s.pinned)].p;
   size_t off = s.send_bytes;
   for (const RecvOp& r : s.recvs) {

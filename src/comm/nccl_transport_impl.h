@@ -111,6 +111,8 @@ class NcclTransport final : public Transport {
   void Abort();
   // true when no NCCL call of the communicator is still starting; its error otherwise.
   Result<bool> Started() const;
+  // true when the stream has passed `e`; NCCL's or CUDA's error otherwise.
+  Result<bool> Reached(cudaEvent_t e) const;
   // Asks the store whether one of `peers` ended (until the deadline): Unavailable naming it, or
   // naming the store when it cannot be reached; Ok when none did.
   Status GonePeer(const std::vector<int>& peers, const char* what,

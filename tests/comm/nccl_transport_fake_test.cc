@@ -17,6 +17,7 @@
 #include "src/comm/nccl_transport.h"
 #include "src/comm/p2p_communicator.h"
 #include "tests/comm/comm_test_util.h"
+#include "tests/comm/rank_fault_cases.h"
 #include "tests/comm/fake_nccl/cuda_runtime.h"
 #include "tests/comm/fake_nccl/fake_nccl_control.h"
 #include "tests/comm/fake_nccl/nccl.h"
@@ -28,7 +29,6 @@ using std::chrono::milliseconds;
 using testing::Env;
 using testing::FreePort;
 using testing::OnThreads;
-using Clock = std::chrono::steady_clock;
 
 class FakeNcclTest : public ::testing::Test {
  protected:
@@ -108,61 +108,31 @@ TEST_F(FakeNcclTest, NcclCommBlockingIsRefusedOnEveryRank) {
   }
 }
 
+testing::JoinTwo OverTheFake(uint16_t port) {
+  return [port](int r, milliseconds timeout) { return JoinComm(r, 2, port, Options(timeout)); };
+}
+
 TEST_F(FakeNcclTest, ASilentRankFailsTheOtherAtTheTimeout) {
-  const uint16_t port = FreePort();
-  Status got;
-  double waited = 0;
-  std::atomic<bool> rank0_done{false};
-  OnThreads(2, [&](int r) {
-    struct Done {
-      std::atomic<bool>* flag;
-      bool mine;
-      ~Done() {
-        if (mine) *flag = true;
-      }
-    } done{&rank0_done, r == 0};
-    auto c = JoinComm(r, 2, port, Options(milliseconds(4000)));
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    if (r == 1) {  // issues nothing until rank 0 has given up
-      while (!rank0_done) std::this_thread::sleep_for(milliseconds(10));
-      return;
-    }
-    std::vector<float> v(1000, 1.0f);
-    const auto t0 = Clock::now();
-    got = (*c)->AllReduce(v.data(), DType::kF32, v.data(), DType::kF32, v.size()).Wait();
-    waited = std::chrono::duration<double>(Clock::now() - t0).count();
-  });
-  EXPECT_EQ(got.code(), StatusCode::kAborted) << got.ToString();
+  const testing::FaultRun run =
+      testing::WithASilentRank(OverTheFake(FreePort()), milliseconds(4000));
+  EXPECT_EQ(run.got.code(), StatusCode::kAborted) << run.got.ToString();
   // On GPUs the first transfer toward a silent peer may stay "starting" instead (NCCL connects
   // lazily); the fake starts it at once.
-  EXPECT_NE(got.message().find("rank 0: no answer from rank 1 within 4 s while "),
+  EXPECT_NE(run.got.message().find("rank 0: no answer from rank 1 within 4 s while "),
             std::string::npos)
-      << got.ToString();
-  EXPECT_GE(waited, 3.9);
-  EXPECT_LT(waited, 15.0);
+      << run.got.ToString();
+  EXPECT_GE(run.waited, 3.9);
+  EXPECT_LT(run.waited, 15.0);
 }
 
 TEST_F(FakeNcclTest, ARankGoneIsNamedLongBeforeTheTimeout) {
-  const uint16_t port = FreePort();
-  Status got;
-  double waited = 0;
-  OnThreads(2, [&](int r) {
-    auto c = JoinComm(r, 2, port, Options(milliseconds(60000)));
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    if (r == 1) {  // leaves: its store connection closes as a dead process's would
-      c->reset();
-      return;
-    }
-    std::vector<float> v(1000, 1.0f);
-    const auto t0 = Clock::now();
-    got = (*c)->AllReduce(v.data(), DType::kF32, v.data(), DType::kF32, v.size()).Wait();
-    waited = std::chrono::duration<double>(Clock::now() - t0).count();
-  });
-  EXPECT_EQ(got.code(), StatusCode::kUnavailable) << got.ToString();
-  EXPECT_NE(got.message().find("rank 0: rank 1 exited or died (its store connection closed)"),
+  const testing::FaultRun run =
+      testing::WithARankGone(OverTheFake(FreePort()), milliseconds(60000));
+  EXPECT_EQ(run.got.code(), StatusCode::kUnavailable) << run.got.ToString();
+  EXPECT_NE(run.got.message().find("rank 0: rank 1 exited or died (its store connection closed)"),
             std::string::npos)
-      << got.ToString();
-  EXPECT_LT(waited, 10.0);
+      << run.got.ToString();
+  EXPECT_LT(run.waited, 10.0);
 }
 
 // Each transfer carries its step's tag and size: NCCL matches transfers by order, so a receive
