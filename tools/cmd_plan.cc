@@ -10,7 +10,9 @@
 //   zinf tune's numbers, or given rates, are better on such a disk);
 // - Adam: the CPU Adam over 16M parameters of state in memory (the moment type), median of 3;
 // - compute: zinf train --profile's compute bound of 1- and 3-block copies of the model
-//   (optimizer state in memory), extrapolated to its blocks.
+//   (optimizer state in memory), extrapolated to its blocks;
+// - link: the emulated link's rate on the host-emulated device with --h2d-gbps, else pinned
+//   copies each way on the run's device (link_probe.h).
 #include <fcntl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -23,6 +25,8 @@
 
 #include "io/file.h"
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/layer_ops.h"
+#include "src/base/cuda_probe.h"
 #include "src/base/host_info.h"
 #include "src/base/log.h"
 #include "src/base/units.h"
@@ -35,6 +39,7 @@
 #include "tools/commands.h"
 #include "tools/io_bench.h"
 #include "tools/io_bench_target.h"
+#include "tools/link_probe.h"
 #include "tools/train_config.h"
 
 namespace zinf::tools {
@@ -43,6 +48,7 @@ namespace {
 struct PlanArgs {
   std::string rates;
   double read_gbps = 0, write_gbps = 0, adam_ns = 0, compute_seconds = 0, comm_gbps = 0;
+  double link_gbps = 0;
   uint32_t world = 1;
   double probe_seconds = 2;
   bool json = false;
@@ -193,6 +199,22 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   in.micro_batches = static_cast<uint32_t>(c.GradientAccumulationSteps());
   in.state_generations = state_nvme && !c.zinf.checkpoint.dir.empty() ? c.zinf.checkpoint.keep + 1 : 1;
   in.device_budget = c.zinf.budgets.device_bytes.value_or(1ull << 30);
+  // The executor's device buffers, as it sizes them (the CPU kernels' attention scratch; on a
+  // GPU the CUDA backend's scratch and cuBLAS workspace differ a little).
+  uint64_t gathered = 0;
+  if (pa.world > 1 && c.Stage() >= 3) {
+    for (uint32_t u = 0; u < dims.units(); ++u) {
+      gathered = std::max<uint64_t>(gathered, ckpt::ChunkOfUnit(dims.UnitParams(u), pa.world, 0).per);
+    }
+    gathered *= pa.world;
+  }
+  in.device_reserved = train::DeviceBufferBytes(
+      dims, static_cast<int>(c.MicroBatchSize()), static_cast<int>(c.zinf.model.seq_len),
+      kernels::cpu::AttentionBackwardScratchElems(static_cast<int>(c.MicroBatchSize()),
+                                                  static_cast<int>(c.zinf.model.seq_len),
+                                                  static_cast<int>(dims.C),
+                                                  static_cast<int>(dims.NH)),
+      gathered);
   train::ExecutorOptions eo;
   eo.optimizer_on_nvme = state_nvme;
   eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
@@ -252,6 +274,32 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   take(pa.adam_ns, "adam_ns_per_param", &rates.adam_ns_per_param);
   take(pa.compute_seconds, "compute_seconds", &rates.compute_seconds);
   take(pa.comm_gbps, "comm_gbps", &rates.comm_gbps);
+  take(pa.link_gbps, "link_h2d_gbps", &rates.link_h2d_gbps);
+  take(pa.link_gbps, "link_d2h_gbps", &rates.link_d2h_gbps);
+  if (pa.link_gbps > 0) given.resize(given.size() - 1);  // one flag, one name
+  auto kind = ParseDeviceKind(a.device);
+  if (!kind.ok()) return fail(kind.status().WithContext("--device"), 2);
+  const bool host_device =
+      *kind == DeviceKind::kHost || (*kind == DeviceKind::kAuto && ProbeCuda().device_count == 0);
+  if ((rates.link_h2d_gbps <= 0 || rates.link_d2h_gbps <= 0) && host_device && a.h2d_gbps > 0) {
+    // The host-emulated device's link, as zinf train will pace it.
+    rates.link_h2d_gbps = rates.link_d2h_gbps = a.h2d_gbps;
+    given.push_back("link (--h2d-gbps)");
+  }
+  if (rates.link_h2d_gbps <= 0 || rates.link_d2h_gbps <= 0) {
+    DeviceOptions dopt;
+    dopt.kind = *kind;
+    dopt.budget_bytes = in.device_budget;
+    dopt.copy_gbps = a.h2d_gbps;
+    auto link = [&]() -> Result<LinkRates> {
+      ZINF_ASSIGN_OR_RETURN(auto device, MakeDevice(dopt));
+      return ProbeLink(*device);
+    }();
+    if (!link.ok()) return fail(link.status().WithContext("measuring the link"), 1);
+    rates.link_h2d_gbps = link->h2d_gbps;
+    rates.link_d2h_gbps = link->d2h_gbps;
+    measured.push_back("link");
+  }
   const bool uses_swap = state_nvme || c.zero.offload_param.device == OffloadDevice::kNvme;
   if (uses_swap && (rates.read_gbps <= 0 || rates.write_gbps <= 0)) {
     if (Status s = ProbeDisk(c, pa.probe_seconds, &rates); !s.ok()) return fail(s, 1);
@@ -267,7 +315,7 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
     if (Status s = ProbeCompute(c, &rates); !s.ok()) return fail(s, 1);
     measured.push_back("compute");
   }
-  rates.compute_on_host = a.device != "cuda";
+  rates.compute_on_host = host_device;
   rates.source = fmt::format("{}{}{}", given.empty() ? "" : "given: " + fmt::format("{}", fmt::join(given, ", ")),
                              !given.empty() && !measured.empty() ? "; " : "",
                              measured.empty() ? "" : "measured here: " + fmt::format("{}", fmt::join(measured, ", ")));
@@ -294,6 +342,8 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
                 {"adam_ns_per_param", rates.adam_ns_per_param},
                 {"compute_seconds", rates.compute_seconds},
                 {"comm_gbps", rates.comm_gbps},
+                {"link_h2d_gbps", rates.link_h2d_gbps},
+                {"link_d2h_gbps", rates.link_d2h_gbps},
                 {"compute_on_host", rates.compute_on_host},
                 {"source", rates.source}};
   if (proposal) {
@@ -304,9 +354,9 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   } else {
     fmt::print("{}", train::FormatPlan(plan, dims));
     fmt::print("rates  : NVMe read {:.3f} GB/s, write {:.3f} GB/s; Adam {:.3f} ns a parameter; "
-               "compute {:.2f} s a step ({})\n",
+               "compute {:.2f} s a step; link {:.2f} GB/s to the device, {:.2f} back ({})\n",
                rates.read_gbps, rates.write_gbps, rates.adam_ns_per_param, rates.compute_seconds,
-               rates.source);
+               rates.link_h2d_gbps, rates.link_d2h_gbps, rates.source);
     if (proposal) {
       fmt::print("proposal: --host-budget {}: {}; NVMe read {} written {} a step, step {:.2f} s "
                  "({:.2f}x), bound by {}\n",
@@ -332,13 +382,17 @@ void RegisterPlan(CLI::App& app, int& exit_code) {
   AddTrainFlags(cmd, a.get());
   cmd->add_option("--rates", pa->rates,
                   "JSON with read_gbps, write_gbps (zinf tune --json's output), "
-                  "adam_ns_per_param, compute_seconds (any of them; the rest are measured)")
+                  "adam_ns_per_param, compute_seconds, link_h2d_gbps, link_d2h_gbps (any of "
+                  "them; the rest are measured)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--read-gbps", pa->read_gbps, "NVMe read rate, GB/s");
   cmd->add_option("--write-gbps", pa->write_gbps, "NVMe write rate, GB/s");
   cmd->add_option("--adam-ns", pa->adam_ns, "CPU Adam, ns a parameter");
   cmd->add_option("--compute-seconds", pa->compute_seconds,
                   "Forward + backward of a step, seconds");
+  cmd->add_option("--link-gbps", pa->link_gbps,
+                  "Host <-> device link, GB/s each way (16-bit weights to the device, gradients "
+                  "back); default: --h2d-gbps on the host-emulated device, else measured");
   cmd->add_option("--world", pa->world,
                   "Ranks on this machine (zinf launch --nproc), each holding its share by the "
                   "ZeRO stage; the plan is rank 0's, the time the machine's")

@@ -142,6 +142,11 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
                FormatBytesHuman(static_cast<uint64_t>(s.plan_nvme_read_bytes_per_step)),
                FormatBytesHuman(static_cast<uint64_t>(s.plan_nvme_write_bytes_per_step)));
   }
+  fmt::print("      link a step (median): to the device {} back {}; zinf plan predicted {} and {}\n",
+             FormatBytesHuman(static_cast<uint64_t>(s.h2d_bytes_step_median)),
+             FormatBytesHuman(static_cast<uint64_t>(s.d2h_bytes_step_median)),
+             FormatBytesHuman(static_cast<uint64_t>(s.plan_h2d_bytes_per_step)),
+             FormatBytesHuman(static_cast<uint64_t>(s.plan_d2h_bytes_per_step)));
   if (s.world > 1) {
     fmt::print("      {} ranks over {}: {} sent and {} received per step and rank ({} sent "
                "for the gradients), {:.3f} s a step in the gradients' and weights' collectives\n",

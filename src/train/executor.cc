@@ -1,6 +1,7 @@
 #include "src/train/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -71,6 +72,7 @@ LayerExecutor::~LayerExecutor() {
   // the next step) reads master_, so each is waited for and no new one starts.
   for (uint32_t u = 0; u < std::min(p16_derived_.size(), p16_.size()); ++u) BeginMasterWrite(u);
   if (compute_ != nullptr) rt_.device->StreamSynchronize(compute_).IgnoreError();
+  if (gather_copy_ != nullptr) rt_.device->StreamSynchronize(gather_copy_).IgnoreError();
   be_.Synchronize().IgnoreError();
   accumulator_.reset();
   pipeline_.reset();
@@ -245,6 +247,7 @@ Status LayerExecutor::Setup() {
     for (auto& b : gathered_host_) {
       ZINF_ASSIGN_OR_RETURN(b, rt_.pool->Allocate(Param16Bytes(gather16_.size())));
     }
+    ZINF_ASSIGN_OR_RETURN(gather_copy_, rt_.device->CreateStream("gathered units to device"));
   }
   uint64_t max_n = dims_.MaxUnitParams();
   // ZeRO-2 stages a unit's gradient padded to world equal chunks.
@@ -460,31 +463,56 @@ Status LayerExecutor::RegisterShards() {
   return Status::Ok();
 }
 
+namespace {
+
+struct DevicePart {
+  float** ptr;
+  uint64_t elems;
+};
+
+// The executor's device buffers in the order AllocateDevice carves them (ptr null: sizing only).
+std::vector<DevicePart> DeviceParts(const GptDims& d, int B, int T, uint64_t att,
+                                    std::array<float**, 9> ptrs = {}) {
+  const uint64_t N = static_cast<uint64_t>(B) * T, NC = N * d.C;
+  return {
+      {ptrs[0], NC * (d.L + 1)},
+      {ptrs[1], BlockActsElems(d, B, T)},
+      {ptrs[2], HeadActsElems(d, B, T)},
+      {ptrs[3], NC},
+      {ptrs[4], BlockGradScratchElems(d, B, T, att)},
+      {ptrs[5], d.MaxUnitParams()},
+      {ptrs[6], d.UnitParams(0)},
+      {ptrs[7], d.MaxUnitParams()},
+      {ptrs[8], d.UnitParams(0)},
+  };
+}
+
+uint64_t Round256(uint64_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace
+
+uint64_t DeviceBufferBytes(const GptDims& d, int B, int T, uint64_t attention_scratch,
+                           uint64_t gathered_elems) {
+  const uint64_t N = static_cast<uint64_t>(B) * T;
+  const uint64_t token_floats = 2 * N;  // tokens and targets, int32 each
+  // One unit's 16-bit gradient for the hand-over; ZeRO-3: a gathered unit's 16-bit weights.
+  uint64_t total = token_floats * 4 + Round256(2 * d.MaxUnitParams()) +
+                   (gathered_elems > 0 ? Round256(Param16Bytes(gathered_elems)) : 0);
+  for (const DevicePart& p : DeviceParts(d, B, T, attention_scratch)) total += Round256(p.elems * 4);
+  return total;
+}
+
 Status LayerExecutor::AllocateDevice() {
   const GptDims& d = dims_;
   const int B = batch_, T = seq_;
-  const uint64_t N = static_cast<uint64_t>(B) * T, NC = N * d.C;
+  const uint64_t N = static_cast<uint64_t>(B) * T;
   const uint64_t att = be_.AttentionScratchElems(B, T, d.C, d.NH);
-  struct Part { float** ptr; uint64_t elems; };
   const uint64_t token_floats = 2 * N;  // tokens and targets, int32 each
-  std::vector<Part> parts = {
-      {&xs_, NC * (d.L + 1)},
-      {&acts_, BlockActsElems(d, B, T)},
-      {&head_, HeadActsElems(d, B, T)},
-      {&dres_, NC},
-      {&scratch_, BlockGradScratchElems(d, B, T, att)},
-      {&wbuf_, d.MaxUnitParams()},
-      {&wemb_, d.UnitParams(0)},
-      {&gbuf_, d.MaxUnitParams()},
-      {&gemb_, d.UnitParams(0)},
-  };
-  // One unit's 16-bit gradient for the hand-over.
-  const uint64_t g16_bytes = (2 * d.MaxUnitParams() + 255) / 256 * 256;
-  // ZeRO-3: the gathered 16-bit weights of a unit (world chunks of the largest).
-  const uint64_t gathered_bytes =
-      partitioned_params_ ? (Param16Bytes(gather16_.size()) + 255) / 256 * 256 : 0;
-  uint64_t total = token_floats * 4 + g16_bytes + gathered_bytes;
-  for (auto& p : parts) total += (p.elems * 4 + 255) / 256 * 256;
+  const std::vector<DevicePart> parts = DeviceParts(
+      d, B, T, att, {&xs_, &acts_, &head_, &dres_, &scratch_, &wbuf_, &wemb_, &gbuf_, &gemb_});
+  const uint64_t g16_bytes = Round256(2 * d.MaxUnitParams());
+  const uint64_t total =
+      DeviceBufferBytes(d, B, T, att, partitioned_params_ ? gather16_.size() : 0);
   stats_.device_buffer_bytes = total;
   // Everything the device budget must hold at once, checked before anything is taken: the
   // buffers above, the backend's own (the CUDA backend's per-row loss gradient; its cuBLAS
@@ -515,9 +543,9 @@ Status LayerExecutor::AllocateDevice() {
   d_targets_ = d_tokens_ + N;
   g16_ = base + token_floats * 4;
   uint64_t off = token_floats * 4 + g16_bytes;
-  for (auto& p : parts) {
+  for (const DevicePart& p : parts) {
     *p.ptr = reinterpret_cast<float*>(base + off);
-    off += (p.elems * 4 + 255) / 256 * 256;
+    off += Round256(p.elems * 4);
   }
   if (partitioned_params_) gathered_dev_ = base + off;
   ZINF_RETURN_IF_ERROR(be_.Reserve(N));  // within what was counted above

@@ -185,6 +185,7 @@ struct ExecutorStats {
   uint64_t optimizer_bytes_written = 0;
   double optimizer_wait_seconds = 0;     // forward waiting for the optimizer's new weights
   uint64_t grad_d2h_bytes = 0;           // gradients copied to the host, all steps
+  uint64_t gathered_h2d_bytes = 0;       // ZeRO-3: gathered 16-bit weights copied to the device
   double comm_seconds = 0;               // the gradients' and weights' collectives across ranks
   uint64_t grad_comm_sent_bytes = 0;     // the bytes this rank sent for the gradients'
 };
@@ -209,6 +210,14 @@ struct ProfileBounds {
 // tier. The automatic pinned budget is this, capped by what the machine allows.
 uint64_t PinnedBytesWanted(const GptDims& dims, const ExecutorOptions& options,
                            uint64_t align = 4096);
+
+// The device bytes the executor's own buffers take for a micro-batch of B x T tokens (tokens,
+// activations, scratch, one unit's fp32 weights and gradients, the hand-over's 16-bit gradient
+// and, ZeRO-3 across ranks, `gathered_elems` 16-bit weights of a gathered unit), each block
+// rounded to 256 bytes. `attention_scratch` is the backend's AttentionScratchElems. What the
+// device budget has beyond these (and the backend's own) holds the tier manager's 16-bit weights.
+uint64_t DeviceBufferBytes(const GptDims& dims, int B, int T, uint64_t attention_scratch,
+                           uint64_t gathered_elems = 0);
 
 class LayerExecutor {
  public:
@@ -510,6 +519,10 @@ class LayerExecutor {
   offload::PinnedBlock gathered_host_[2];
   Event gathered_copied_[2];
   void* gathered_dev_ = nullptr;
+  // The copies to gathered_dev_ run on their own stream (on a GPU beside the compute stream's
+  // kernels), each after the widening of the unit copied before it (gathered_widened_).
+  Stream* gather_copy_ = nullptr;
+  Event gathered_widened_;
   // The gather started ahead: its unit, buffer, the lease on this rank's chunk (the send
   // buffer, held until the gather is done) and the collective.
   struct PendingGather {

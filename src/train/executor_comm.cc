@@ -257,13 +257,20 @@ Status LayerExecutor::FetchGathered(uint32_t unit, float* dst, int next) {
   stats_.comm_seconds += waited;
   ZINF_RETURN_IF_ERROR(rt_.tiers->Release(std::move(pending_gather_.lease), false));
   ZINF_RETURN_IF_ERROR(s);
-  ZINF_RETURN_IF_ERROR(dev.CopyToDevice(compute_, gathered_dev_, gathered_host_[b].data,
+  // The copy runs on its own stream once the unit before has been widened out of the device
+  // buffer; on a GPU it overlaps that unit's kernels, and the compute stream waits for it. The
+  // CPU backend computes on this thread: it waits here.
+  if (gathered_widened_.recorded()) {
+    ZINF_RETURN_IF_ERROR(dev.StreamWaitEvent(gather_copy_, gathered_widened_));
+  }
+  ZINF_RETURN_IF_ERROR(dev.CopyToDevice(gather_copy_, gathered_dev_, gathered_host_[b].data,
                                         Param16Bytes(n)));
-  ZINF_ASSIGN_OR_RETURN(gathered_copied_[b], dev.Record(compute_));
-  // The CUDA backend's widening follows the copy on its stream; the CPU backend waits here.
-  ZINF_RETURN_IF_ERROR(ComputeWaits(be_.RunsOnCallingThread() ? gathered_copied_[b] : Event()));
+  stats_.gathered_h2d_bytes += Param16Bytes(n);
+  ZINF_ASSIGN_OR_RETURN(gathered_copied_[b], dev.Record(gather_copy_));
+  ZINF_RETURN_IF_ERROR(ComputeWaits(gathered_copied_[b]));
   stats_.stall_seconds += Since(t0);
   ZINF_RETURN_IF_ERROR(be_.Widen(dst, gathered_dev_, options_.param16_type, n));
+  ZINF_ASSIGN_OR_RETURN(gathered_widened_, ComputeDone());
   // The next unit's gather runs under this one's compute.
   if (next >= 0) ZINF_RETURN_IF_ERROR(IssueGather(static_cast<uint32_t>(next)));
   return Status::Ok();

@@ -1,6 +1,7 @@
 #include "src/train/planner.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -110,6 +111,63 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   p.adam_seconds =
       ranks * rates.adam_ns_per_param * 1e-9 * static_cast<double>(p.state_params);
   p.compute_seconds = rates.compute_seconds * (rates.compute_on_host ? ranks : 1.0);
+  // The link: what each pass fetches and hands back, and the passes' times with the compute.
+  const double mbs = std::max<uint32_t>(1, in.micro_batches);
+  const double per_mb = p.compute_seconds / mbs;
+  // The passes that hide the optimizer step: the first forward, or with overlap_adam the last
+  // backward.
+  double first_forward = 0.25 * per_mb, last_backward = per_mb - first_forward;
+  {
+    const double all16 = 2.0 * static_cast<double>(p.params);
+    const double unit16 = 2.0 * static_cast<double>(max_n);
+    b.device_cache = in.device_reserved < in.device_budget ? in.device_budget - in.device_reserved : 0;
+    // What a pass after the first fetches: what the cache did not keep. ZeRO-3 across ranks
+    // copies each gathered unit to the device after its gather: every unit in each forward and
+    // the blocks again in each backward (the embedding's and the final unit's fp32 weights stay
+    // on the device). On a GPU the copy overlaps the unit before's kernels; on the
+    // host-emulated device the compute waits for it (its thread computes).
+    const bool gathered = share.params && p.world > 1;
+    const double blocks16 = 2.0 * static_cast<double>(p.params - d.UnitParams(0) -
+                                                      d.UnitParams(d.units() - 1));
+    double refetch = 0;
+    if (!gathered && static_cast<double>(b.device_cache) < all16 && in.device_reserved > 0) {
+      const double lack = all16 - static_cast<double>(b.device_cache);
+      refetch = std::min(all16, std::ceil(lack / unit16) * unit16);
+    }
+    const double fwd_again = gathered ? all16 : refetch, bwd_fetch = gathered ? blocks16 : refetch;
+    const double grads16 = all16;  // every unit's 16-bit gradient, each micro-batch
+    p.h2d_per_step = all16 + (mbs - 1) * fwd_again + mbs * bwd_fetch;
+    p.d2h_per_step = mbs * grads16;
+    const double rh = rates.link_h2d_gbps * 1e9, rd = rates.link_d2h_gbps * 1e9;
+    const bool link = rh > 0 && rd > 0;
+    auto pass = [&](double compute, double h2d, double d2h) {
+      if (!link) return compute;
+      if (gathered && rates.compute_on_host) {  // the fetches in series with the compute
+        p.link_seconds += h2d / rh + d2h / rd;
+        return std::max(compute + h2d / rh, d2h / rd);
+      }
+      // A pipeline of a unit's transfer and its compute: the slower side, plus one unit's
+      // share (a block's) of the faster side at the pass's start or end (the forward's last
+      // unit computes after the last fetch; the backward's first hand-over waits for the
+      // first unit's compute).
+      const double t = std::max(h2d / rh, d2h / rd);
+      p.link_seconds += t;
+      return std::max(compute, t) + std::min(compute, t) / std::max<uint32_t>(1, d.L);
+    };
+    const double fwd = 0.25 * per_mb, bwd = per_mb - fwd;
+    first_forward = pass(fwd, all16, 0);
+    last_backward = pass(bwd, bwd_fetch, grads16);
+    p.compute_link_seconds = first_forward + last_backward;
+    for (double m = 1; m < mbs; ++m) {
+      p.compute_link_seconds += pass(fwd, fwd_again, 0) + pass(bwd, bwd_fetch, grads16);
+    }
+  }
+  const double compute = p.compute_link_seconds;
+  // The link is named in the bound when it adds more than 1% to the compute.
+  const bool link_shows = p.compute_link_seconds > p.compute_seconds * 1.01;
+  const std::string computed = !link_shows                          ? "compute"
+                               : p.link_seconds >= p.compute_seconds ? "link"
+                                                                     : "compute and link";
   if (p.world > 1 && rates.comm_gbps > 0) p.comm_seconds = p.comm_sent_per_step / (rates.comm_gbps * 1e9);
   if (state_nvme) {
     // The optimizer pipeline starts with the last micro-batch's backward. Without overlap_adam
@@ -128,8 +186,8 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     const double state = static_cast<double>(b.nvme_state);
     const bool overlap = c.zinf.overlap_adam;
     const bool after_backward = !overlap && share.optimizer && !share.params;
-    const double per_mb = p.compute_seconds / in.micro_batches;
-    const double hidden_under = after_backward ? 0.0 : overlap ? 0.75 * per_mb : 0.25 * per_mb;
+    const double hidden_under =
+        after_backward ? 0.0 : overlap ? last_backward : first_forward;
     double read = state;
     if (!overlap && !share.optimizer) {
       // The first slabs' units (unit order), read under backward.
@@ -145,12 +203,12 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     const double io =
         r > 0 && w > 0 ? read / r + (state + static_cast<double>(b.nvme_param16)) / w : 0.0;
     p.optimizer_seconds = after_backward ? io + p.adam_seconds : std::max(io, p.adam_seconds);
-    p.step_seconds =
-        p.compute_seconds - hidden_under + std::max(hidden_under, p.optimizer_seconds);
+    p.step_seconds = compute - hidden_under + std::max(hidden_under, p.optimizer_seconds);
     p.bound = p.optimizer_seconds > hidden_under
-                  ? (p.optimizer_seconds > p.adam_seconds ? "compute + the optimizer's NVMe I/O"
-                                                          : "compute + Adam")
-                  : "compute";
+                  ? computed + (p.optimizer_seconds > p.adam_seconds
+                                    ? " + the optimizer's NVMe I/O"
+                                    : " + Adam")
+                  : computed;
   } else {
     // The state in memory. Without overlap_adam Adam runs unit by unit on its own thread under
     // the next step's first forward (which takes each unit's new weights as they are written)
@@ -162,13 +220,13 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     // from the master weights (not across ZeRO ranks): nothing is written then.
     const bool overlap = c.zinf.overlap_adam;
     const bool under_forward = !params_nvme || (!share.optimizer && !share.params);
-    const double per_mb = p.compute_seconds / in.micro_batches;
-    const double hidden_under =
-        rates.compute_on_host ? 0.0 : (overlap ? 0.75 : under_forward ? 0.25 : 0.0) * per_mb;
+    const double hidden_under = rates.compute_on_host ? 0.0
+                                : overlap            ? last_backward
+                                : under_forward      ? first_forward
+                                                     : 0.0;
     p.optimizer_seconds = p.adam_seconds;
-    p.step_seconds =
-        p.compute_seconds - hidden_under + std::max(hidden_under, p.adam_seconds);
-    p.bound = p.adam_seconds > hidden_under ? "compute + Adam" : "compute";
+    p.step_seconds = compute - hidden_under + std::max(hidden_under, p.adam_seconds);
+    p.bound = p.adam_seconds > hidden_under ? computed + " + Adam" : computed;
   }
   // Across ranks the collectives a step issues, first-order: not hidden (over loopback their
   // copies take the same cores as compute).
@@ -265,7 +323,10 @@ nlohmann::json Plan::ToJson() const {
                     {"memory_bytes", placement.memory_bytes},
                     {"nvme_bytes", placement.nvme_bytes},
                     {"in_memory", placement.in_memory}};
-  j["bytes"] = {{"device", {{"budget", bytes.device_budget}, {"weights", bytes.device_weights}}},
+  j["bytes"] = {{"device",
+                 {{"budget", bytes.device_budget},
+                  {"weights", bytes.device_weights},
+                  {"cache", bytes.device_cache}}},
                 {"pinned",
                  {{"budget", bytes.pinned_budget},
                   {"optimizer_slabs", bytes.pinned_slabs},
@@ -288,11 +349,15 @@ nlohmann::json Plan::ToJson() const {
   j["optimizer_state_read_under_backward_bytes"] = state_read_under_backward;
   j["nvme_write_bytes_per_step"] = nvme_write_per_step;
   if (world > 1) j["comm_sent_bytes_per_step"] = comm_sent_per_step;
+  j["h2d_bytes_per_step"] = h2d_per_step;
+  j["d2h_bytes_per_step"] = d2h_per_step;
   j["seconds"] = {{"nvme", nvme_seconds},
                   {"collectives", comm_seconds},
                   {"adam", adam_seconds},
                   {"optimizer", optimizer_seconds},
                   {"compute", compute_seconds},
+                  {"link", link_seconds},
+                  {"compute_with_link", compute_link_seconds},
                   {"step", step_seconds}};
   j["bound"] = bound;
   j["fits"] = fits;
@@ -314,8 +379,10 @@ std::string FormatPlan(const Plan& p, const GptDims& d) {
                      h(static_cast<uint64_t>(p.comm_sent_per_step)));
   }
   s += fmt::format("optimizer state: {}\n", p.placement.Describe(d));
-  s += fmt::format("device : budget {}; 16-bit weights of the unit in use {}\n",
-                   h(b.device_budget), h(b.device_weights));
+  s += fmt::format("device : budget {}; 16-bit weights of the unit in use {}{}\n",
+                   h(b.device_budget), h(b.device_weights),
+                   b.device_cache > 0 ? fmt::format(", cache for 16-bit weights {}", h(b.device_cache))
+                                      : std::string());
   if (b.pinned_homed > 0) {
     s += fmt::format("pinned : budget {}; 16-bit weights and gradients homed there {}, gradient "
                      "staging {}\n",
@@ -343,10 +410,16 @@ std::string FormatPlan(const Plan& p, const GptDims& d) {
                    h(static_cast<uint64_t>(p.nvme_write_per_step)),
                    p.nvme_read_per_step / static_cast<double>(p.params),
                    p.nvme_write_per_step / static_cast<double>(p.params));
-  s += fmt::format("time   : step {:.2f} s, bound by {} (compute {:.2f} s; optimizer step {:.2f} "
+  s += fmt::format("per step: to the device {}, back {}\n",
+                   h(static_cast<uint64_t>(p.h2d_per_step)), h(static_cast<uint64_t>(p.d2h_per_step)));
+  s += fmt::format("time   : step {:.2f} s, bound by {} (compute {:.2f} s; {}optimizer step {:.2f} "
                    "s, the larger of Adam {:.2f} s and its NVMe I/O; all of the step's NVMe I/O "
                    "{:.2f} s{})\n",
-                   p.step_seconds, p.bound, p.compute_seconds, p.optimizer_seconds,
+                   p.step_seconds, p.bound, p.compute_seconds,
+                   p.link_seconds > 0 ? fmt::format("link {:.2f} s, with the compute {:.2f} s; ",
+                                                    p.link_seconds, p.compute_link_seconds)
+                                      : std::string("link not counted; "),
+                   p.optimizer_seconds,
                    p.adam_seconds, p.nvme_seconds,
                    p.world > 1 ? fmt::format("; collectives {:.2f} s{}", p.comm_seconds,
                                              p.comm_seconds > 0 ? "" : " (no --comm-gbps)")

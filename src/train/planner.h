@@ -26,6 +26,21 @@
 //   beside the last backward) in the same way: step = compute - hidden + max(hidden, Adam), on
 //   the host-emulated device (compute on the CPU Adam uses) hidden = 0. Every NVMe byte of the
 //   step at those rates is a floor under it. The bound is the part that sets it.
+// - the link (host <-> device): each micro-batch's forward fetches the 16-bit weights the
+//   device cache does not hold (the first forward of a step all of them: they are new), its
+//   backward fetches them again less what the cache kept from the forward (whole units of the
+//   largest size; the cache keeps the units used soonest) and hands every unit's 16-bit
+//   gradient back. Each pass takes the larger of its compute (forward a quarter of a
+//   micro-batch's, backward the rest) and its transfers (backward: the larger direction; the
+//   link is full duplex), plus a block's share of the smaller (the pipeline's fill: the
+//   forward's last unit computes after the last fetch, the backward's first hand-over waits
+//   for the first unit's compute); that sum stands for the compute in the formulas above, and the
+//   forward's pass is what hides the optimizer step. Without link rates it is the compute.
+//   The bound names the link when it adds more than 1% to the compute ("link" when the link's
+//   own time is the larger, else "compute and link").
+//   ZeRO-3 across ranks copies each gathered unit to the device: every unit in each forward,
+//   the blocks again in each backward; on the host-emulated device in series with the compute
+//   (the thread that computes waits for each copy).
 // - fits: the swap file against the free space of its file system and the state in memory
 //   against zinf.budgets.host_bytes; when it does not fit, what would: 16-bit moments, a bigger
 //   host budget, a second drive (its size).
@@ -57,6 +72,9 @@ struct PlanRates {
   double comm_gbps = 0;                  // a rank's collectives, bytes sent a second (0: none)
   double adam_ns_per_param = 0;          // CPU Adam over state in memory (the moment type)
   double compute_seconds = 0;            // forward + backward of a step (all micro-batches)
+  // The host-device link, bytes a second each way (0: not counted): the 16-bit weights fetched
+  // to the device and the 16-bit gradients handed back.
+  double link_h2d_gbps = 0, link_d2h_gbps = 0;
   bool compute_on_host = true;           // the host-emulated device: compute shares the CPU
   std::string source;                    // where the rates came from, in words
 };
@@ -64,6 +82,9 @@ struct PlanRates {
 struct PlanBytes {
   // Device
   uint64_t device_budget = 0, device_weights = 0;
+  // What the budget keeps of the 16-bit weights between uses: the budget less the executor's
+  // and the backend's buffers (PlanInputs::device_reserved).
+  uint64_t device_cache = 0;
   // Pinned
   uint64_t pinned_budget = 0, pinned_slabs = 0, pinned_staging = 0, pinned_cache = 0;
   uint64_t pinned_homed = 0;  // 16-bit weights and gradients homed there (no NVMe)
@@ -94,6 +115,10 @@ struct Plan {
   double nvme_read_per_step = 0, nvme_write_per_step = 0;
   double nvme_seconds = 0, adam_seconds = 0, compute_seconds = 0, step_seconds = 0;
   double optimizer_seconds = 0;  // the optimizer step: Adam, or its NVMe I/O when slower
+  // The link: bytes to and from the device a step, the link's own time (its passes back to
+  // back) and the compute with it (each pass the larger of its compute and its transfers).
+  double h2d_per_step = 0, d2h_per_step = 0;
+  double link_seconds = 0, compute_link_seconds = 0;
   // Without overlap_adam: the state of the pipeline's first units, read during the last
   // backward (outside the optimizer step's time). With it the whole step runs beside backward.
   double state_read_under_backward = 0;
@@ -110,6 +135,9 @@ struct PlanInputs {
   int batch = 1, seq = 1;
   uint32_t micro_batches = 1;
   uint64_t pinned_budget = 0, device_budget = 0;
+  // The device bytes beside the 16-bit weights: the executor's buffers (DeviceBufferBytes) and
+  // the backend's. 0: unknown (the whole budget counts as cache).
+  uint64_t device_reserved = 0;
   uint32_t state_generations = 1;
   uint64_t swap_free_bytes = 0;  // 0: unknown (not checked)
   uint64_t align = 4096;         // the swap file's O_DIRECT alignment

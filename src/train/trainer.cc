@@ -70,6 +70,10 @@ std::string TrainSummary::ToJson() const {
                       {"prefetch_hits", prefetch_hits},
                       {"h2d_bytes", h2d_bytes},
                       {"d2h_bytes", d2h_bytes},
+                      {"h2d_bytes_step_median", h2d_bytes_step_median},
+                      {"d2h_bytes_step_median", d2h_bytes_step_median},
+                      {"plan_h2d_bytes_per_step", plan_h2d_bytes_per_step},
+                      {"plan_d2h_bytes_per_step", plan_d2h_bytes_per_step},
                       {"device_evictions", device_evictions},
                       {"host_evictions", host_evictions},
                       {"peak_rss_bytes", peak_rss_bytes},
@@ -177,6 +181,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   std::vector<int32_t> x(uint64_t{B} * T), y(uint64_t{B} * T);
   std::vector<double> step_times;
   std::vector<double> step_reads, step_writes;  // NVMe bytes of each step
+  std::vector<double> step_h2d, step_d2h;       // link bytes of each step
   // Steps a checkpoint's commit overlapped (the one after each Save) and the others.
   std::vector<double> commit_step_times, other_step_times;
   bool committing = false;
@@ -282,13 +287,16 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     const uint64_t opt_rd = after.optimizer_bytes_read, opt_wr = after.optimizer_bytes_written;
     const double rd = static_cast<double>(ts.nvme_read_bytes - prev.nvme_read_bytes + opt_rd - prev_opt_rd);
     const double wr = static_cast<double>(ts.nvme_write_bytes - prev.nvme_write_bytes + opt_wr - prev_opt_wr);
-    const double h2d = static_cast<double>(ts.h2d_bytes - prev.h2d_bytes);
+    const double h2d = static_cast<double>(ts.h2d_bytes - prev.h2d_bytes +
+                                           after.gathered_h2d_bytes - before.gathered_h2d_bytes);
     const double d2h = static_cast<double>(ts.d2h_bytes - prev.d2h_bytes + after.grad_d2h_bytes -
                                            before.grad_d2h_bytes);
     const uint64_t dev_ev = ts.device_evictions - prev.device_evictions;
     const uint64_t host_ev = ts.host_evictions - prev.host_evictions;
     step_reads.push_back(rd);
     step_writes.push_back(wr);
+    step_h2d.push_back(h2d);
+    step_d2h.push_back(d2h);
     prev = ts;
     prev_opt_rd = opt_rd;
     prev_opt_wr = opt_wr;
@@ -380,9 +388,11 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.step_seconds_median = Median(step_times);
   sum.nvme_read_bytes_step_median = Median(step_reads);
   sum.nvme_write_bytes_step_median = Median(step_writes);
-  if (UsesNvme(c)) {
-    // What zinf plan predicts of this run's NVMe bytes a step, beside what it moved (across
-    // ranks: rank 0's, which reports them).
+  sum.h2d_bytes_step_median = Median(step_h2d);
+  sum.d2h_bytes_step_median = Median(step_d2h);
+  {
+    // What zinf plan predicts of this run's NVMe and link bytes a step, beside what it moved
+    // (across ranks: rank 0's, which reports them).
     PlanInputs pin;
     pin.dims = dims;
     pin.world = static_cast<uint32_t>(ranks.shard_world());
@@ -392,9 +402,15 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     pin.pinned_budget = rt->pool->budget_bytes();
     pin.state_generations = eo.state_generations;
     pin.align = rt->swap != nullptr ? rt->swap->offset_align() : 4096;
+    pin.device_budget = rt->device->budget_bytes();
+    pin.device_reserved = ex->stats().device_buffer_bytes;
     const Plan plan = PlanRun(c, pin, placement, {});
-    sum.plan_nvme_read_bytes_per_step = plan.nvme_read_per_step;
-    sum.plan_nvme_write_bytes_per_step = plan.nvme_write_per_step;
+    if (UsesNvme(c)) {
+      sum.plan_nvme_read_bytes_per_step = plan.nvme_read_per_step;
+      sum.plan_nvme_write_bytes_per_step = plan.nvme_write_per_step;
+    }
+    sum.plan_h2d_bytes_per_step = plan.h2d_per_step;
+    sum.plan_d2h_bytes_per_step = plan.d2h_per_step;
   }
   sum.tokens_per_s = time_total > 0 ? static_cast<double>(sum.tokens_per_step * sum.steps) / time_total : 0;
   sum.stall_fraction = time_total > 0 ? stall_total / time_total : 0;
@@ -407,7 +423,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
   sum.peak_device_bytes = ts.peak_device_bytes;
   sum.device_budget_bytes = rt->device->budget_bytes();
   sum.peak_pinned_bytes = ts.peak_host_bytes;
-  sum.h2d_bytes = ts.h2d_bytes;
+  sum.h2d_bytes = ts.h2d_bytes + es_total.gathered_h2d_bytes;
   sum.d2h_bytes = ts.d2h_bytes + es_total.grad_d2h_bytes;
   sum.device_evictions = ts.device_evictions;
   sum.host_evictions = ts.host_evictions;

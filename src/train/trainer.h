@@ -86,6 +86,9 @@ struct TrainSummary {
   // Device link traffic (weights up; gradients and write-backs down) and evictions per tier:
   // device_evictions > 0 shows the device tier paging within a step.
   uint64_t h2d_bytes = 0, d2h_bytes = 0, device_evictions = 0, host_evictions = 0;
+  // The median step's link bytes each way, and what zinf plan's arithmetic predicts of them.
+  double h2d_bytes_step_median = 0, d2h_bytes_step_median = 0;
+  double plan_h2d_bytes_per_step = 0, plan_d2h_bytes_per_step = 0;
   // The process's peak resident set: the pinned budget (locked, all resident), the device
   // memory touched on the host-emulated device (none on a GPU), the optimizer state in host
   // memory with --offload cpu, and a fixed overhead (code, libraries, the corpus, thread stacks).
