@@ -26,6 +26,7 @@
 #include "io/file.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/layer_ops.h"
+#include "kernels/cuda/layer_ops.h"
 #include "src/base/cuda_probe.h"
 #include "src/base/host_info.h"
 #include "src/base/log.h"
@@ -199,8 +200,9 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   in.micro_batches = static_cast<uint32_t>(c.GradientAccumulationSteps());
   in.state_generations = state_nvme && !c.zinf.checkpoint.dir.empty() ? c.zinf.checkpoint.keep + 1 : 1;
   in.device_budget = c.zinf.budgets.device_bytes.value_or(1ull << 30);
-  // The executor's device buffers, as it sizes them (the CPU kernels' attention scratch; on a
-  // GPU the CUDA backend's scratch and cuBLAS workspace differ a little).
+  // The executor's device buffers, as it sizes them (the CPU kernels' attention scratch), and
+  // on a GPU the CUDA backend's cuBLAS workspace and per-row loss gradient (its attention
+  // scratch may differ a little from the CPU kernels').
   uint64_t gathered = 0;
   if (pa.world > 1 && c.Stage() >= 3) {
     for (uint32_t u = 0; u < dims.units(); ++u) {
@@ -208,11 +210,10 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
     }
     gathered *= pa.world;
   }
+  const int mb = static_cast<int>(c.MicroBatchSize()), seq = static_cast<int>(c.zinf.model.seq_len);
   in.device_reserved = train::DeviceBufferBytes(
-      dims, static_cast<int>(c.MicroBatchSize()), static_cast<int>(c.zinf.model.seq_len),
-      kernels::cpu::AttentionBackwardScratchElems(static_cast<int>(c.MicroBatchSize()),
-                                                  static_cast<int>(c.zinf.model.seq_len),
-                                                  static_cast<int>(dims.C),
+      dims, mb, seq,
+      kernels::cpu::AttentionBackwardScratchElems(mb, seq, static_cast<int>(dims.C),
                                                   static_cast<int>(dims.NH)),
       gathered);
   train::ExecutorOptions eo;
@@ -274,13 +275,25 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   take(pa.adam_ns, "adam_ns_per_param", &rates.adam_ns_per_param);
   take(pa.compute_seconds, "compute_seconds", &rates.compute_seconds);
   take(pa.comm_gbps, "comm_gbps", &rates.comm_gbps);
-  take(pa.link_gbps, "link_h2d_gbps", &rates.link_h2d_gbps);
-  take(pa.link_gbps, "link_d2h_gbps", &rates.link_d2h_gbps);
-  if (pa.link_gbps > 0) given.resize(given.size() - 1);  // one flag, one name
+  if (pa.link_gbps > 0) {
+    rates.link_h2d_gbps = rates.link_d2h_gbps = pa.link_gbps;
+    given.push_back("link_gbps");
+  } else {
+    take(0, "link_h2d_gbps", &rates.link_h2d_gbps);
+    take(0, "link_d2h_gbps", &rates.link_d2h_gbps);
+    // One direction given: the other the same (a link's two directions are alike).
+    if (rates.link_h2d_gbps <= 0) rates.link_h2d_gbps = rates.link_d2h_gbps;
+    if (rates.link_d2h_gbps <= 0) rates.link_d2h_gbps = rates.link_h2d_gbps;
+  }
   auto kind = ParseDeviceKind(a.device);
   if (!kind.ok()) return fail(kind.status().WithContext("--device"), 2);
   const bool host_device =
       *kind == DeviceKind::kHost || (*kind == DeviceKind::kAuto && ProbeCuda().device_count == 0);
+  if (!host_device) {
+    in.device_reserved += kernels::cuda::kCublasWorkspaceBytes +
+                          (static_cast<uint64_t>(mb) * seq * 4 + kDeviceAlignment - 1) /
+                              kDeviceAlignment * kDeviceAlignment;
+  }
   if ((rates.link_h2d_gbps <= 0 || rates.link_d2h_gbps <= 0) && host_device && a.h2d_gbps > 0) {
     // The host-emulated device's link, as zinf train will pace it.
     rates.link_h2d_gbps = rates.link_d2h_gbps = a.h2d_gbps;
@@ -295,7 +308,9 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
       ZINF_ASSIGN_OR_RETURN(auto device, MakeDevice(dopt));
       return ProbeLink(*device);
     }();
-    if (!link.ok()) return fail(link.status().WithContext("measuring the link"), 1);
+    if (!link.ok()) {
+      return fail(link.status().WithContext("measuring the link (or give its rate: --link-gbps)"), 1);
+    }
     rates.link_h2d_gbps = link->h2d_gbps;
     rates.link_d2h_gbps = link->d2h_gbps;
     measured.push_back("link");

@@ -42,7 +42,9 @@ Result<LinkRates> ProbeLink(Device& device, uint64_t bytes, int reps) {
         if (rep > 0) t.push_back(sec);
       }
       std::sort(t.begin(), t.end());
-      const double rate = static_cast<double>(bytes) / std::max(t[t.size() / 2], 1e-9) / 1e9;
+      const size_t k = t.size() / 2;
+      const double median = t.size() % 2 ? t[k] : (t[k - 1] + t[k]) / 2;
+      const double rate = static_cast<double>(bytes) / std::max(median, 1e-9) / 1e9;
       (dir == 0 ? out.h2d_gbps : out.d2h_gbps) = rate;
     }
     return Status::Ok();

@@ -521,7 +521,8 @@ Status LayerExecutor::AllocateDevice() {
   DeviceArena& arena = *rt_.arena;
   const uint64_t backend = be_.ReserveBytes(N);
   const uint64_t weights = rt_.tiers->MinimumSealBytes(SealPlan()).device_bytes;
-  const uint64_t need = arena.bytes_in_use() + arena.BlockBytes(total) + backend + weights;
+  stats_.device_reserved_bytes = arena.bytes_in_use() + arena.BlockBytes(total) + backend;
+  const uint64_t need = stats_.device_reserved_bytes + weights;
   if (need > arena.budget_bytes()) {
     return ResourceExhausted(fmt::format(
         "zinf.budgets.device_bytes: {} bytes ({}) cannot hold the executor's buffers ({} bytes, "

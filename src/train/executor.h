@@ -181,6 +181,9 @@ struct ExecutorStats {
   double optimizer_seconds = 0;   // OptimizerStep wall time
   double adam_seconds = 0;        // of which CPU Adam busy
   uint64_t device_buffer_bytes = 0;  // activations, widened weights, gradients (fixed)
+  // Everything the device budget holds beside the 16-bit weights' slots: those buffers, the
+  // backend's (its cuBLAS workspace, its per-row loss gradient).
+  uint64_t device_reserved_bytes = 0;
   uint64_t optimizer_bytes_read = 0;     // the optimizer pipeline's NVMe traffic, all steps
   uint64_t optimizer_bytes_written = 0;
   double optimizer_wait_seconds = 0;     // forward waiting for the optimizer's new weights

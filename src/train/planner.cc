@@ -119,7 +119,6 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   double first_forward = 0.25 * per_mb, last_backward = per_mb - first_forward;
   {
     const double all16 = 2.0 * static_cast<double>(p.params);
-    const double unit16 = 2.0 * static_cast<double>(max_n);
     b.device_cache = in.device_reserved < in.device_budget ? in.device_budget - in.device_reserved : 0;
     // What a pass after the first fetches: what the cache did not keep. ZeRO-3 across ranks
     // copies each gathered unit to the device after its gather: every unit in each forward and
@@ -129,10 +128,15 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     const bool gathered = share.params && p.world > 1;
     const double blocks16 = 2.0 * static_cast<double>(p.params - d.UnitParams(0) -
                                                       d.UnitParams(d.units() - 1));
+    // The device tier's slots come in size classes, each with room for at least one copy
+    // beside the one in transfer: the embedding and final units (one shard each) stay, and
+    // what the cache lacks is blocks, whole ones (the backward fetches only blocks: the
+    // embedding's and the final unit's weights stay in the executor's buffers from the forward).
+    const double block16 = 2.0 * static_cast<double>(d.UnitParams(std::min<uint32_t>(1, d.units() - 1)));
     double refetch = 0;
     if (!gathered && static_cast<double>(b.device_cache) < all16 && in.device_reserved > 0) {
       const double lack = all16 - static_cast<double>(b.device_cache);
-      refetch = std::min(all16, std::ceil(lack / unit16) * unit16);
+      refetch = std::min(blocks16, std::ceil(lack / block16) * block16);
     }
     const double fwd_again = gathered ? all16 : refetch, bwd_fetch = gathered ? blocks16 : refetch;
     const double grads16 = all16;  // every unit's 16-bit gradient, each micro-batch
@@ -143,7 +147,7 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
     auto pass = [&](double compute, double h2d, double d2h) {
       if (!link) return compute;
       if (gathered && rates.compute_on_host) {  // the fetches in series with the compute
-        p.link_seconds += h2d / rh + d2h / rd;
+        p.link_seconds += std::max(h2d / rh, d2h / rd);
         return std::max(compute + h2d / rh, d2h / rd);
       }
       // A pipeline of a unit's transfer and its compute: the slower side, plus one unit's

@@ -28,8 +28,9 @@
 //   step at those rates is a floor under it. The bound is the part that sets it.
 // - the link (host <-> device): each micro-batch's forward fetches the 16-bit weights the
 //   device cache does not hold (the first forward of a step all of them: they are new), its
-//   backward fetches them again less what the cache kept from the forward (whole units of the
-//   largest size; the cache keeps the units used soonest) and hands every unit's 16-bit
+//   backward fetches the blocks again less what the cache kept from the forward (whole blocks;
+//   the cache keeps the units used soonest, and the embedding and final units always) and
+//   hands every unit's 16-bit
 //   gradient back. Each pass takes the larger of its compute (forward a quarter of a
 //   micro-batch's, backward the rest) and its transfers (backward: the larger direction; the
 //   link is full duplex), plus a block's share of the smaller (the pipeline's fill: the
@@ -136,7 +137,7 @@ struct PlanInputs {
   uint32_t micro_batches = 1;
   uint64_t pinned_budget = 0, device_budget = 0;
   // The device bytes beside the 16-bit weights: the executor's buffers (DeviceBufferBytes) and
-  // the backend's. 0: unknown (the whole budget counts as cache).
+  // the backend's. 0: unknown (no fetch beyond the first forward's is counted).
   uint64_t device_reserved = 0;
   uint32_t state_generations = 1;
   uint64_t swap_free_bytes = 0;  // 0: unknown (not checked)

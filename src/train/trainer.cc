@@ -403,7 +403,7 @@ Result<TrainSummary> Train(const TrainOptions& opt) {
     pin.state_generations = eo.state_generations;
     pin.align = rt->swap != nullptr ? rt->swap->offset_align() : 4096;
     pin.device_budget = rt->device->budget_bytes();
-    pin.device_reserved = ex->stats().device_buffer_bytes;
+    pin.device_reserved = ex->stats().device_reserved_bytes;
     const Plan plan = PlanRun(c, pin, placement, {});
     if (UsesNvme(c)) {
       sum.plan_nvme_read_bytes_per_step = plan.nvme_read_per_step;
