@@ -488,9 +488,9 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier, AcquireMode mode) {
   }
   Shard& s = *shards_[id];
   const bool overwrite = mode == AcquireMode::kOverwrite;
-  if (overwrite && (tier != Tier::kHost || s.copy[kDev].state != Copy::kAbsent)) {
-    return InvalidArgument(fmt::format("Acquire({}): overwrite is for the host tier of a shard "
-                                       "with no device copy", s.spec.name));
+  if (overwrite && tier != Tier::kHost) {
+    return InvalidArgument(fmt::format("Acquire({}): overwrite is for the host tier",
+                                       s.spec.name));
   }
   const int ti = static_cast<int>(tier);
   const int role = static_cast<int>(s.spec.role);
@@ -501,6 +501,21 @@ Result<Lease> TierManager::Acquire(ShardId id, Tier tier, AcquireMode mode) {
         s.spec.name, role_leases_[ti][role], RoleName(s.spec.role), TierName(tier)));
   }
   if (!sticky_.ok()) return std::exchange(sticky_, Status::Ok());
+  if (overwrite) {
+    // The caller rewrites the whole shard, so a device copy is about to be outdated: once its
+    // transfers are over it is dropped (a dirty one too: the rewrite supersedes it), unless a
+    // lease still uses it.
+    Copy& d = s.copy[kDev];
+    while (d.state == Copy::kLoading || d.state == Copy::kWriting || d.pins > d.leases) {
+      cv_.wait(lock);
+    }
+    if (d.leases > 0) {
+      return FailedPrecondition(fmt::format(
+          "Acquire({}): overwrite while its device copy is leased; release that lease first",
+          s.spec.name));
+    }
+    if (d.state != Copy::kAbsent) FreeCopy(id, Tier::kDevice);
+  }
   Copy& c = s.copy[ti];
   if (mode != AcquireMode::kReadUntraced) trace_.Observe(id, tier, overwrite);
   // A copy made stale by a newer write elsewhere is dropped before it is used: once its

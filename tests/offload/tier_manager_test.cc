@@ -555,6 +555,36 @@ TEST(TierManagerTest, DiscardRefusesALeasedCopyAndOverwriteRefusesTheDevice) {
             StatusCode::kInvalidArgument);
 }
 
+// A host overwrite of a shard with a device copy (an optimizer rewriting the 16-bit weights the
+// last forward used): the idle device copy is dropped, so the next device acquire reads the new
+// bytes; while a lease holds the device copy the overwrite is refused.
+TEST(TierManagerTest, OverwriteDropsAnIdleDeviceCopyAndRefusesALeasedOne) {
+  Rig rig;
+  ASSERT_TRUE(rig.Make(8 << 20, 4 << 20).ok());
+  std::vector<ShardId> ids;
+  ASSERT_NO_FATAL_FAILURE(RegisterFilled(*rig.tm, 1, "w", &ids));
+  auto dev = rig.tm->Acquire(ids[0], Tier::kDevice);
+  ASSERT_TRUE(dev.ok());
+  ASSERT_TRUE(dev->Wait().ok());
+  EXPECT_EQ(rig.tm->Acquire(ids[0], Tier::kHost, AcquireMode::kOverwrite).status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(rig.tm->Release(std::move(*dev), false).ok());
+  const uint64_t reads = rig.tm->stats().nvme_read_bytes;
+  auto host = rig.tm->Acquire(ids[0], Tier::kHost, AcquireMode::kOverwrite);
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  auto p = host->Wait();
+  ASSERT_TRUE(p.ok());
+  std::memset(*p, 0x5a, kShard);
+  ASSERT_TRUE(rig.tm->Release(std::move(*host), true).ok());
+  auto again = rig.tm->Acquire(ids[0], Tier::kDevice);
+  ASSERT_TRUE(again.ok());
+  auto q = again->Wait();
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(Bytes(*q, kShard), std::vector<uint8_t>(kShard, 0x5a));
+  ASSERT_TRUE(rig.tm->Release(std::move(*again), false).ok());
+  EXPECT_EQ(rig.tm->stats().nvme_read_bytes, reads);  // the overwrite read nothing
+}
+
 // A home rewritten behind the manager's back (the optimizer pipeline): idle copies go at once,
 // the next acquire reads the new bytes.
 TEST(TierManagerTest, HomeRewrittenDropsTheOldCopies) {
