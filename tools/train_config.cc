@@ -1,5 +1,6 @@
 #include "tools/train_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <initializer_list>
 #include <optional>
@@ -187,6 +188,24 @@ void FillSwapPaths(Config& c, ConfigSources& sources) {
        "zero_optimization.offload_optimizer.nvme_path");
 }
 
+// A config file means what DeepSpeed makes of it, also in what it leaves out: no scheduler
+// block trains at the optimizer's constant lr, no gradient_clipping does not clip. (The default
+// job's warm-up and cosine decay and its clipping at 1.0 stay the defaults of a run without a
+// file; a resume keeps its run's.)
+void TakeDeepSpeedDefaults(const std::string& file, Config& c, ConfigSources& sources) {
+  auto given = [&](std::string_view key) {
+    return std::find(c.given_keys.begin(), c.given_keys.end(), key) != c.given_keys.end();
+  };
+  if (!given("scheduler")) {
+    c.scheduler = SchedulerConfig();
+    sources.Set("scheduler", file + " (no scheduler block: DeepSpeed's constant lr)");
+  }
+  if (!given("gradient_clipping")) {
+    c.train.gradient_clipping = 0.0;
+    sources.Set("gradient_clipping", file + " (absent: DeepSpeed's 0, no clipping)");
+  }
+}
+
 }  // namespace
 
 Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a) {
@@ -234,8 +253,12 @@ Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a)
   if (!a.config.empty()) {
     ZINF_ASSIGN_OR_RETURN(
         c, Config::FromFile(a.config, {.strict = a.strict, .base = &defaults, .validate = false}));
+    for (const std::string& k : c.given_keys) {
+      if (k.rfind("optimizer", 0) == 0) r.sources.Set("optimizer", a.config);  // read whole
+    }
     r.sources.SetAll(c.given_keys, a.config);
     r.sources.SetAll(c.auto_keys, a.config + " (auto)");  // the file asked for zinf's choice
+    if (resume.empty()) TakeDeepSpeedDefaults(a.config, c, r.sources);
   }
   ZINF_RETURN_IF_ERROR(ApplyFlags(cmd, a, c, r.sources));
   if (resumed_global_batch && !c.train.train_batch_size && !c.train.gradient_accumulation_steps) {

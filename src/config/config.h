@@ -29,11 +29,15 @@
 //   before Validate): train_batch_size = micro batch × accumulation × world size.
 // - A document can be read onto a base config (ConfigParseOptions::base; `zinf train` reads its
 //   file onto the default job's config): a value the document gives replaces the base's, a key
-//   it leaves out keeps the base's value. Two groups are replaced whole when the document gives
+//   it leaves out keeps the base's value. Three groups are replaced whole when the document gives
 //   any part of them: the three batch keys (they resolve from each other, so a base's micro
-//   batch is not combined with a document's train_batch_size), and the `scheduler` block (its
-//   type decides which parameters apply; the parameters it leaves out take the defaults below).
-//   `"scheduler": null` means no scheduler (a constant learning rate) on any base.
+//   batch is not combined with a document's train_batch_size), the `scheduler` block (its
+//   type decides which parameters apply; the parameters it leaves out take the defaults below),
+//   and the `optimizer` block (DeepSpeed hands its params to the optimizer's constructor: what
+//   it leaves out takes the defaults below). `"scheduler": null` means no scheduler (a constant
+//   learning rate) on any base. `zinf train` goes further for a file it reads onto its default
+//   job: a file without a scheduler block or gradient_clipping trains at a constant lr without
+//   clipping, as DeepSpeed would (tools/train_config.cc).
 //
 // Thread-safety: a Config is a plain value; FromFile/FromString/Validate/ToJson are safe to
 // call from any thread on distinct objects (loading logs through src/base/log.h).
@@ -130,8 +134,8 @@ enum class WarmupType { kLog, kLinear };
 std::string_view WarmupTypeName(WarmupType type);  // "log", "linear"
 
 // `scheduler`: {"type": ..., "params": {...}}; absent means a constant learning rate (on a base
-// config, the base's schedule: `zinf train`'s default job warms up), null means a constant
-// learning rate on any base.
+// config, the base's schedule; `zinf train` reading a file onto its default job: constant, as
+// DeepSpeed), null means a constant learning rate on any base.
 // A parameter of another schedule type is refused (DeepSpeed would fail on it too).
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::kNone;

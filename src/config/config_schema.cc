@@ -308,6 +308,9 @@ bool Given(const ReadReport& report, std::string_view path) {
 void ReadTop(Reader& r, Config* c, ReadReport* report) {
   ReadZero(r.Object("zero_optimization"), &c->zero, report);
   ReadAio(r.Object("aio"), &c->aio);
+  // The optimizer block is read whole, as DeepSpeed hands its params to the optimizer: given,
+  // it replaces the base's optimizer, the parameters it leaves out taking their defaults.
+  if (r.Has("optimizer")) c->optimizer = OptimizerConfig();
   ReadOptimizer(r.Object("optimizer", kNull), &c->optimizer);
   // The scheduler block is one choice: given (null included: no scheduler), it replaces the
   // base's schedule, its parameters starting from their defaults.

@@ -9,7 +9,9 @@
 // pinned budget, so that every unit pages. Everything else is Config's own default.
 // The NVMe paths are left empty (the caller picks the swap directory), so the result does not
 // pass Config::Validate() as is. `zinf train --config FILE` reads FILE onto this config
-// (ConfigParseOptions::base): a key the file gives replaces the default, the others stay.
+// (ConfigParseOptions::base): a key the file gives replaces the default, the others stay,
+// except DeepSpeed's training semantics: a file without a scheduler block or gradient_clipping
+// gets DeepSpeed's constant lr and no clipping, not this job's warm-up, cosine and clip.
 // Config's struct defaults (DeepSpeed's) are unchanged for every other user.
 //
 // Thread-safety: a pure function.

@@ -229,7 +229,8 @@ TEST_P(ParamsOnNvmeTest, WithTheStateInMemoryTrainBitForBitAndWriteNothingThere)
   const ParamsOnNvmeCase& c = GetParam();
   WriteText(dir / "pn.json",
             R"({"zero_optimization": {"offload_param": {"device": "nvme", "nvme_path": ")" +
-                std::string(dir / "swap-pn") + R"("}, "offload_optimizer": {"device": "cpu"}}})");
+                std::string(dir / "swap-pn") + R"("}, "offload_optimizer": {"device": "cpu"}}, )" +
+                kDefaultJobTraining + "}");
   fs::create_directories(dir / "swap-pn");
   auto run = [&](const std::string& name, const std::string& flags) {
     RunResult r;
@@ -292,7 +293,8 @@ TEST(PlacementFlagsTest, HostBudgetAutoIsSizedFromTheMemoryAvailable) {
   EXPECT_EQ(flag.summary["optimizer_state_memory_bytes"], 12 * 28032);
   EXPECT_EQ(flag.losses, nvme.losses);
   EXPECT_TRUE(flag.weights == nvme.weights) << "final weights differ";
-  WriteText(dir / "auto.json", R"({"zinf": {"budgets": {"host_bytes": "auto"}}})");
+  WriteText(dir / "auto.json", std::string(R"({"zinf": {"budgets": {"host_bytes": "auto"}}, )") +
+                                   kDefaultJobTraining + "}");
   RunResult file = Train(dir, "file", "--config " + dir / "auto.json");
   EXPECT_EQ(file.summary["optimizer_state_memory_bytes"], 12 * 28032) << file.out;
   EXPECT_TRUE(file.weights == nvme.weights) << "final weights differ";

@@ -25,6 +25,13 @@ inline std::string Tiny(uint64_t steps) {
   return "train --layers 2 --width 32 --heads 4 --seq-len 16 --vocab 64 --batch 4 --steps " +
          std::to_string(steps) + " --device-budget 4M --pinned-budget 16M --synthetic-bytes 65536";
 }
+// The default job's training keys, for a test's config file that is about something else
+// (placement, stages) and is compared with runs without a file: a file that leaves them out
+// trains at DeepSpeed's constant lr without clipping (tools/train_config.cc).
+inline constexpr char kDefaultJobTraining[] =
+    R"("gradient_clipping": 1.0, "scheduler": {"type": "WarmupCosineLR", "params": )"
+    R"({"warmup_num_steps": 10, "warmup_type": "linear", "warmup_min_ratio": 0.0, )"
+    R"("cos_min_ratio": 0.1}})";
 // ... paged through NVMe, with its swap under `dir`.
 inline std::string TinyNvme(uint64_t steps, const TempDir& dir) {
   return Tiny(steps) + " --offload nvme --swap-dir " + dir / "swap";

@@ -23,9 +23,14 @@ using testing::RunZinf;
 using testing::TempDir;
 namespace fs = std::filesystem;
 
+std::string SourceOf(const std::string& printed, const std::string& key,
+                     const std::string& block = "");
+
 // One set of defaults: a config file's keys replace the default job's, the rest stay the
-// default job's (batch 8, NVMe offload, 44M/24M budgets, warm-up from lr 0), not Config's own
-// (batch 1, nothing offloaded, constant lr, budgets sized from the machine).
+// default job's (batch 8, NVMe offload, 44M/24M budgets), not Config's own (batch 1, nothing
+// offloaded, budgets sized from the machine) — except the training semantics DeepSpeed gives a
+// config that leaves them out: no scheduler block is a constant lr (not the default job's
+// warm-up from 0), no gradient_clipping is no clipping.
 TEST(TrainConfigCliTest, AConfigFileStartsFromTheDefaultJob) {
   TempDir dir;
   const std::string model =
@@ -45,7 +50,32 @@ TEST(TrainConfigCliTest, AConfigFileStartsFromTheDefaultJob) {
   EXPECT_EQ(s.value("pinned_budget_bytes", 0u), 24u << 20) << s;
   auto losses = ReadJsonLines(dir / "losses.jsonl");
   ASSERT_EQ(losses.size(), 2u);
-  EXPECT_EQ(losses[0]["lr"].get<double>(), 0.0) << "not the default job's warm-up";
+  EXPECT_EQ(losses[0]["lr"].get<double>(), 2e-3) << "DeepSpeed's constant lr, no warm-up";
+  EXPECT_EQ(losses[1]["lr"].get<double>(), 2e-3);
+  auto printed = RunZinf("train --config " + only_model + " --print-config", dir.path());
+  ASSERT_EQ(printed.exit_code, 0) << printed.err;
+  const nlohmann::json pj = nlohmann::json::parse(printed.out, nullptr, false, true);
+  EXPECT_TRUE(pj["scheduler"].is_null()) << printed.out;
+  EXPECT_EQ(SourceOf(printed.out, "scheduler"),
+            only_model + " (no scheduler block: DeepSpeed's constant lr)");
+  EXPECT_EQ(pj["gradient_clipping"], 0.0) << printed.out;
+  EXPECT_EQ(SourceOf(printed.out, "gradient_clipping"),
+            only_model + " (absent: DeepSpeed's 0, no clipping)");
+  // Without a file, the default job's schedule and clipping.
+  printed = RunZinf("train --print-config", dir.path());
+  ASSERT_EQ(printed.exit_code, 0) << printed.err;
+  EXPECT_EQ(nlohmann::json::parse(printed.out, nullptr, false, true)["scheduler"]["type"],
+            "WarmupCosineLR");
+  EXPECT_EQ(nlohmann::json::parse(printed.out, nullptr, false, true)["gradient_clipping"], 1.0);
+  // An optimizer block is read whole: the lr it leaves out is DeepSpeed's 1e-3, not the
+  // default job's 2e-3.
+  const std::string opt = dir / "opt.json";
+  std::ofstream(opt) << R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": 0.1}}})";
+  printed = RunZinf("train --config " + opt + " --print-config", dir.path());
+  ASSERT_EQ(printed.exit_code, 0) << printed.err;
+  EXPECT_EQ(nlohmann::json::parse(printed.out, nullptr, false, true)["optimizer"]["params"]["lr"],
+            1e-3) << printed.out;
+  EXPECT_EQ(SourceOf(printed.out, "lr"), opt);
 
   // DeepSpeed's keys keep their meaning on top of the defaults: "cpu" is host memory, no NVMe.
   const std::string on_cpu = dir / "cpu.json";
@@ -61,7 +91,7 @@ TEST(TrainConfigCliTest, AConfigFileStartsFromTheDefaultJob) {
 // The text after "// " on the first line of `"key": ` in --print-config's output (after the
 // line of `"block": `, when given).
 std::string SourceOf(const std::string& printed, const std::string& key,
-                     const std::string& block = "") {
+                     const std::string& block) {
   bool in_block = block.empty();
   for (const std::string& l : Lines(printed)) {
     if (!in_block) {
