@@ -338,7 +338,8 @@ else
   py_cap=$(budget 90 150)
   (cd tests/python && ZINF_TEST_DEVICE=cuda ZINF_TEST_VERBOSE=1 ZINF_LIBRARY="$PWD/../../$zinf_lib" \
      PYTHONPATH="$PWD/../../python" PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-     timeout "$py_cap" python3 -m unittest -v test_torch_offload test_zinf test_engine) \
+     timeout "$py_cap" python3 -m unittest -v test_torch_offload test_torch_precision \
+       test_torch_guard test_zinf test_engine) \
     >"$python_log" 2>&1
   py_rc=$?
   ran=$(grep -oE "^Ran [0-9]+ tests?" "$python_log" | tail -1)

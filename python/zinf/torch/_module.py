@@ -1,0 +1,537 @@
+"""OffloadedModule: an nn.Module whose parameters, gradients and Adam state live in zinf's tiers.
+
+How it works (the contract; zinf/torch/__init__.py has the user's view):
+- Units (_wrap.py) and shards (_shards.py): each wrap unit's parameters (and the root's) are
+  flattened into a trainable and a frozen shard, each a few zinf tensors. A frozen parameter
+  (requires_grad=False) has its working copy only: no gradient, moments or optimizer step.
+- Guard (_guard.py): each parameter keeps its identity but becomes a ZinfParameter over a
+  placeholder; any use of its value outside a lease raises, naming it.
+- Forward: a unit's forward pre-hook holds the shards of every parameter it leases (its own,
+  and a tied weight's shard) and points param.data at views of them; the post-hook releases
+  them. The root's shards are held for the whole forward.
+- Saved tensors: autograd's saved references into a held shard are stored as (shard, offset,
+  shape, stride) (saved_tensors_hooks around the forward) and the shard is held again when
+  backward unpacks them. That backward hold ends when every trainable parameter of the shard
+  has its gradient (their AccumulateGrad hooks), when backward leaves the unit (an identity
+  function on the unit's inputs: frozen shards), or at the end of backward (a final callback).
+- A unit forward that runs while the wrapper's forward does not, with grad enabled, is a
+  recomputation (torch.utils.checkpoint, reentrant or not, replays the forward in backward): its
+  shards are held for backward from the start, so whatever the recomputation saved stays valid.
+- Gradients: the AccumulateGrad hook adds each gradient into its shard's fp32 gradient in the
+  tiers (pinned memory or NVMe) and leaves a GradPlaceholder in .grad; micro-batches accumulate
+  there until the optimizer step (_step.py).
+- In-place changes to a held fp32 parameter are written home (dirty release); with 16-bit
+  weights they are refused (the fp32 master would not see them).
+
+Thread-safety: one thread drives a model (PyTorch's own rule for a module). With device="cuda",
+autograd's device thread runs the backward hooks while the caller waits in backward.
+"""
+import warnings
+
+import torch
+from torch._C import DisableTorchFunction
+
+from zinf import _lib
+from zinf.torch import _config, _guard, _setup, _step, _wrap
+from zinf.torch._optim import DeepSpeedLR, OffloadOptimizer
+from zinf.torch._shards import ShardStore, storage_ptr, view_of
+
+_PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class _BackwardMarker(torch.autograd.Function):
+    """Identity on a unit's inputs; its backward runs once backward has left the unit."""
+
+    @staticmethod
+    def forward(ctx, owner, unit, *xs):
+        ctx.owner, ctx.unit = owner, unit
+        outs = tuple(x.view_as(x) for x in xs)
+        return outs if len(outs) > 1 else outs[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.owner._unit_backward_done(ctx.unit)
+        return (None, None) + grads
+
+
+class OffloadedModule(torch.nn.Module):
+    """The wrapped module: call it as the original. See zinf.torch.offload for the arguments."""
+
+    def __init__(self, module, config=None, *, auto_wrap_policy=None, param_groups=None,
+                 optimizer=None, lr=None, betas=None, eps=None, weight_decay=None,
+                 adamw_mode=None, bias_correction=None, param_home=None, state_home=None,
+                 grad_home="host", device="auto", leases="auto", adam_threads=None):
+        super().__init__()
+        doc = _config.load(config)
+        source = config if isinstance(config, str) else "config"
+        self.module = module
+        on = {p.device.type for p in module.parameters()}
+        if device == "auto":
+            device = "cuda" if on == {"cuda"} else "host"
+        if device not in ("host", "cuda"):
+            raise ValueError(f"zinf.torch.offload: device {device!r}; expected 'auto', 'host' "
+                             "or 'cuda'")
+        want = "cuda" if device == "cuda" else "cpu"
+        if on - {want}:
+            raise ValueError(f"zinf.torch.offload: the module's parameters are on "
+                             f"{sorted(on)}; device={device!r} needs them on {want} (move the "
+                             f"module with .to('{want}') first)")
+        if any(isinstance(p, _guard.ZinfParameter) for p in module.parameters()):
+            raise ValueError("zinf.torch.offload: the module is already offloaded")
+        self._device = device
+        cfg = _config.TorchConfig(doc, source)
+        self._cfg = cfg
+        self._precision = _setup.pick_precision(module, cfg)
+        self._wdtype = _PRECISIONS[self._precision]
+        homes = {}
+        for what, given, cfg_home in (("param_home", param_home, cfg.param_home),
+                                      ("state_home", state_home, cfg.state_home)):
+            if given is not None and cfg_home is not None and given != cfg_home:
+                raise ValueError(f"zinf.torch.offload: {what}={given!r} but the config's "
+                                 f"offload device says {cfg_home!r}; give one")
+            homes[what] = given or cfg_home or "nvme"
+        for what, h in list(homes.items()) + [("grad_home", grad_home)]:
+            if h not in ("nvme", "host"):
+                raise ValueError(f"zinf.torch.offload: {what} {h!r}; expected 'nvme' or 'host'")
+        if adam_threads is not None and cfg.adam_threads is not None:
+            raise ValueError("zinf.torch.offload: adam_threads given and zinf.adam_threads in the "
+                             "config; give one")
+        self._adam_threads = adam_threads if adam_threads is not None else (cfg.adam_threads or 0)
+
+        # Parameters, units, shards.
+        self._params, self._names, by_id = _setup.records(self, module)
+        self._order = list(self._params.values())
+        units = _wrap.find_units(module, auto_wrap_policy)
+        self._unit_names = [n for n, _ in units] + ["<root>"]
+        shards, self._unit_shards, peak = _setup.layout(
+            module, units, self._unit_names, _wrap.lease_sets(module, units), by_id)
+        self._root = len(self._unit_names) - 1
+        self._frozen_shards = [[s for s in ss if not s.trainable and s.unit == i]
+                               for i, ss in enumerate(self._unit_shards)]
+        # One more than a forward holds: backward unpacks a unit's shard while the shard of the
+        # node before may still be in use (ShardStore.make_room hands back any other).
+        if leases == "auto":
+            leases = peak + 1
+        elif leases < peak + 1:
+            raise ValueError(f"zinf.torch.offload: leases={leases}, but a unit's forward holds "
+                             f"{peak} shard(s) at once and backward one more; expected at least "
+                             f"{peak + 1} (or 'auto')")
+        self._leases = leases
+
+        groups, defaults, self._adamw = _setup.build_groups(module, cfg, param_groups, optimizer,
+                                                     dict(lr=lr, betas=betas, eps=eps,
+                                                          weight_decay=weight_decay,
+                                                          bias_correction=bias_correction),
+                                                     adamw_mode)
+        self._store = ShardStore(doc, device, self._wdtype, shards, homes, grad_home, leases)
+        with DisableTorchFunction():
+            for s in shards:
+                flat = torch.cat([r.p.detach().to("cpu", torch.float32).reshape(-1)
+                                  for r in s.params])
+                self._store.write_value(s, flat)
+                if s.trainable:
+                    zeros = torch.zeros(s.numel)
+                    self._store.write_state(s, "exp_avg", zeros)
+                    self._store.write_state(s, "exp_avg_sq", zeros)
+        # Buffers follow the working dtype, as DeepSpeed's module.half()/bfloat16() does.
+        if self._wdtype != torch.float32:
+            for b in module.buffers():
+                if b.is_floating_point():
+                    b.data = b.data.to(self._wdtype)
+        self._torch_device = torch.device(want)
+        self._fwd_depth = 0
+        self._unit_modes = [[] for _ in self._unit_names]
+        self._gathering = self._loading = False
+        self._cache = {}
+        self._stepper = _step.Stepper(self._store, cfg, self._precision, self._adamw,
+                                      self._adam_threads)
+        with DisableTorchFunction():
+            for rec in self._order:
+                rec.p.__class__ = _guard.ZinfParameter
+                rec.p._zinf = rec
+                rec.p.data = _guard.placeholder(rec.shape, self._wdtype, self._torch_device)
+                if rec.trainable:
+                    acc = rec.p.expand_as(rec.p).grad_fn.next_functions[0][0]
+                    acc.register_hook(self._grad_hook(rec))
+                    rec.acc = acc  # keeps the node (and its hook) alive
+                    rec.p.register_hook(self._grad_pre_hook(rec))
+        self._handles = []
+        for i, (name, m) in enumerate(units):
+            self._handles.append(m.register_forward_pre_hook(self._pre_forward(i)))
+            self._handles.append(m.register_forward_hook(self._post_forward(i)))
+
+        self.optimizer = OffloadOptimizer(self, groups, defaults)
+        self.optimizer._sealed = True
+        self._stepper.optimizer = self.optimizer
+        index = {id(p): gi for gi, g in enumerate(self.optimizer.param_groups)
+                 for p in g["params"]}
+        for rec in self._order:
+            rec.group = index.get(id(rec.p))
+        if cfg.scheduler is not None:
+            self._stepper.lr_scheduler = DeepSpeedLR(self.optimizer,
+                                                     _config.lr_schedule(cfg.scheduler, None))
+        if cfg.warned:
+            warnings.warn(f"zinf.torch.offload: {source}: accepted without effect on the "
+                          f"results: {', '.join(cfg.warned)} (zinf.strict refuses them)",
+                          stacklevel=3)
+        # The caller's own reference to the module reads and writes the tiers too.
+        object.__setattr__(module, "state_dict", self.state_dict)
+        object.__setattr__(module, "load_state_dict", self.load_state_dict)
+
+    # -- the guard's questions --------------------------------------------------------------
+    def intercept(self, rec, func, args, kwargs):
+        """Called by ZinfParameter for a use of `rec`'s parameter that may read its value:
+        NotImplemented lets it run, anything else is its result."""
+        if func == _guard._DATA_SET:
+            _guard.refuse(rec, func, "to replace its data (zinf holds its value: use "
+                          "model.load_state_dict)")
+        if func == _guard._GRAD_SET:
+            if args[1] is None:
+                self._drop_grad(rec)
+                with DisableTorchFunction():
+                    rec.p.grad = None
+                return None
+            _guard.refuse(rec, func, "to assign a gradient (zinf accumulates gradients in its "
+                          "tiers from backward)")
+        if func is _guard._RG_ or func == _guard._RG_SET:
+            want = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+            if bool(want) != rec.trainable:
+                _guard.refuse(rec, func, "to change requires_grad after offload() (freeze or "
+                              "unfreeze parameters before wrapping: a frozen parameter has no "
+                              "gradient or optimizer state in the tiers)")
+            return NotImplemented
+        if self._gathering and func is _guard._DETACH:
+            return self._value(rec)
+        if self._loading and func is _guard._COPY_ and args and args[0] is rec.p:
+            src = args[1]
+            with DisableTorchFunction():
+                if tuple(src.shape) != rec.shape:
+                    raise ValueError(f"zinf: load_state_dict: {rec.name}: shape "
+                                     f"{tuple(src.shape)}; expected {rec.shape}")
+                flat = self._staged(rec.shard)
+                rec.region(flat).copy_(src.detach().to("cpu"))
+            return rec.p
+        if rec.shard.holds > 0:
+            return NotImplemented
+        _guard.refuse(rec, func, "outside a lease")
+
+    def _value(self, rec):
+        """rec's value read from the tiers (a CPU tensor of its original dtype); each shard is
+        read once per state_dict call."""
+        flat = self._cache.get(id(rec.shard))
+        if flat is None:
+            flat = self._cache[id(rec.shard)] = self._store.read_flat(rec.shard)
+        with DisableTorchFunction():
+            return rec.region(flat).to(rec.orig_dtype).clone()
+
+    def _staged(self, shard):
+        flat = self._cache.get(id(shard))
+        if flat is None:
+            flat = self._cache[id(shard)] = self._store.read_flat(shard).float()
+        return flat
+
+    # -- forward ----------------------------------------------------------------------------
+    def _mark_inputs(self, unit, inputs):
+        if not self._frozen_shards[unit] or not torch.is_grad_enabled():
+            return None
+        idx = [i for i, x in enumerate(inputs)
+               if isinstance(x, torch.Tensor) and x.requires_grad]
+        if not idx:
+            return None
+        marked = _BackwardMarker.apply(self, unit, *[inputs[i] for i in idx])
+        if len(idx) == 1:
+            marked = (marked,)
+        out = list(inputs)
+        for i, m in zip(idx, marked):
+            out[i] = m
+        return tuple(out)
+
+    def _unit_backward_done(self, unit):
+        for s in self._frozen_shards[unit]:
+            self._store.bwd_release(s)
+
+    def _pre_forward(self, unit):
+        shards = self._unit_shards[unit]
+
+        def hook(module, inputs):
+            recompute = self._fwd_depth == 0 and torch.is_grad_enabled()
+            self._unit_modes[unit].append(recompute)
+            if recompute:
+                self._store.bwd_hold(shards)
+            else:
+                self._store.hold(shards)
+            return self._mark_inputs(unit, inputs)
+        return hook
+
+    def _post_forward(self, unit):
+        shards = self._unit_shards[unit]
+
+        def hook(module, inputs, output):
+            recompute = self._unit_modes[unit].pop() if self._unit_modes[unit] else True
+            if not recompute:
+                for s in shards:
+                    self._store.unhold(s)
+        return hook
+
+    def _pack(self, t):
+        s = self._store.by_ptr.get(storage_ptr(t))
+        if s is None:
+            return t
+        with DisableTorchFunction():
+            return (s, t.storage_offset(), tuple(t.shape), t.stride())
+
+    def _unpack(self, packed):
+        if isinstance(packed, torch.Tensor):
+            return packed
+        s, offset, shape, stride = packed
+        store = self._store
+        store.bwd_hold([s])
+        store.touched(s)
+        with DisableTorchFunction():
+            return s.view.as_strided(shape, stride, offset)
+
+    def forward(self, *args, **kwargs):
+        self._fwd_depth += 1
+        ok = False
+        root = self._unit_shards[self._root]
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                self._store.hold(root)
+                try:
+                    args = self._mark_inputs(self._root, args) or args
+                    out = self.module(*args, **kwargs)
+                finally:
+                    for s in root:
+                        self._store.unhold(s)
+            ok = True
+            return out
+        finally:
+            self._fwd_depth -= 1
+            if not ok and self._fwd_depth == 0:  # an exception: hand the forward's leases back
+                for s in self._store.shards:
+                    while s.holds > (1 if s.bwd_held else 0):
+                        self._store.unhold(s)
+                self._unit_modes = [[] for _ in self._unit_names]
+
+    # -- gradients --------------------------------------------------------------------------
+    def _grad_pre_hook(self, rec):
+        def hook(grad):
+            with DisableTorchFunction():
+                if rec.p.grad is not None:
+                    rec.p.grad = None  # the GradPlaceholder: AccumulateGrad stores a fresh one
+        return hook
+
+    def _grad_hook(self, rec):
+        stepper = self._stepper
+
+        def hook(*_):
+            with DisableTorchFunction():
+                g = rec.p.grad
+            if g is None or isinstance(g, _guard.GradPlaceholder):
+                return
+            stepper.check_backward_api()
+            stepper.grad_arrived(rec)
+            s, e = rec.shard, self._store.engine
+            lease = e.acquire(s.g, "host")
+            try:
+                with DisableTorchFunction():
+                    dst = rec.region(view_of(e.wait(lease), s.numel, torch.float32, "host"))
+                    g = g.to("cpu")
+                    if rec.grad_started:
+                        dst.add_(g)
+                    else:
+                        dst.copy_(g)
+            finally:
+                e.release(lease, dirty=True)
+            rec.grad_started = True
+            with DisableTorchFunction():
+                rec.p.grad = _guard.grad_placeholder(rec, rec.shape, self._wdtype,
+                                                     self._torch_device)
+            if not rec.fired:
+                rec.fired = True
+                s.fired += 1
+                if s.fired == len(s.params):
+                    self._store.bwd_release(s)
+                    stepper.shard_complete(s)
+        return hook
+
+    def _drop_grad(self, rec):
+        if rec.grad_started:
+            rec.grad_started = False
+            s = rec.shard
+            if not any(r.grad_started for r in s.params):
+                self._store.engine.discard(s.g)
+            else:  # zero its region (other parameters of the shard keep theirs)
+                e = self._store.engine
+                lease = e.acquire(s.g, "host")
+                try:
+                    rec.region(view_of(e.wait(lease), s.numel, torch.float32, "host")).zero_()
+                finally:
+                    e.release(lease, dirty=True)
+
+    def backward(self, loss, retain_graph=False):
+        """DeepSpeed's engine.backward: the loss divided by the config's
+        gradient_accumulation_steps and multiplied by the fp16 loss scale, then backward."""
+        self._stepper.backward(loss, retain_graph)
+
+    def zero_grad(self, set_to_none=True):
+        """Drops the gradients accumulated since the last step."""
+        self._store.release_all()  # after a backward that failed, its leases too
+        self._stepper.drop_all()
+        for rec in self._order:
+            with DisableTorchFunction():
+                rec.p.grad = None
+
+    # -- the optimizer step (_step.Stepper) ---------------------------------------------------
+    def grad_norm(self):
+        """The global 2-norm of the gradients accumulated so far (unscaled, clipped by a
+        pending clip_grad_norm_), as a 0-dim fp32 tensor."""
+        self._store.release_all()
+        return self._stepper.grad_norm([r for r in self._order if r.grad_started])
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """FSDP's clip_grad_norm_ (torch.nn.utils.clip_grad_norm_'s arithmetic) over zinf's
+        gradients: returns the total norm before clipping; the clip applies in the next
+        optimizer step."""
+        if float(norm_type) != 2.0:
+            raise ValueError(f"zinf: clip_grad_norm_ norm_type {norm_type}; only 2.0 is "
+                             "implemented")
+        return self._stepper.clip_grad_norm_(max_norm,
+                                             [r for r in self._order if r.grad_started])
+
+    def gathered_grad(self, name):
+        """A CPU fp32 copy of parameter `name`'s accumulated gradient (None when it has none)."""
+        rec = self._rec(name)
+        if not rec.grad_started:
+            return None
+        self._store.release_all()
+        return self._stepper.unscale(rec.region(self._store.read_flat(rec.shard,
+                                                                      "grad")).clone())
+
+    def gathered_param(self, name):
+        """A CPU copy of parameter `name`'s value (its original dtype; from the fp32 master
+        when there is one)."""
+        rec = self._rec(name)
+        try:
+            return self._value(rec)
+        finally:
+            self._cache = {}
+
+    def optimizer_step(self):
+        """One optimizer step over every parameter with a gradient (model.optimizer.step()).
+        Returns False when fp16 overflow skipped it."""
+        applied = self._stepper.optimizer_step(self._order)
+        for rec in self._order:
+            with DisableTorchFunction():
+                rec.p.grad = None
+        return applied
+
+    def step(self, lr=None):
+        """DeepSpeed's engine.step: the optimizer step at the end of each accumulation window
+        (every call when gradient_accumulation_steps is 1). lr: this step's lr for every group
+        (zinf.torch's first API; a scheduler is the usual way). Returns whether an optimizer
+        step was applied."""
+        return self._stepper.step(lr)
+
+    @property
+    def loss_scale(self):
+        return self._stepper.scaler.scale if self._precision == "fp16" else 1.0
+
+    @property
+    def skipped_steps(self):
+        return self._stepper.skipped
+
+    @property
+    def global_steps(self):
+        return self._stepper.global_steps
+
+    @property
+    def lr_scheduler(self):
+        return self._stepper.lr_scheduler
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+        """The module's state dict (the keys of the module given to offload(), not this
+        wrapper's), every parameter a CPU tensor of its value read from the tiers."""
+        if args:
+            raise TypeError("zinf: state_dict takes keyword arguments only")
+        if keep_vars:
+            raise ValueError("zinf: state_dict(keep_vars=True) would hand out placeholders; the "
+                             "values are read from the tiers")
+        self._store.release_all()
+        self._gathering = True
+        try:
+            return type(self.module).state_dict(self.module, destination=destination,
+                                                 prefix=prefix, keep_vars=False)
+        finally:
+            self._gathering = False
+            self._cache = {}
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Writes a state dict (the module's keys) into the tiers."""
+        self._store.release_all()
+        self._loading = True
+        try:
+            result = type(self.module).load_state_dict(self.module, state_dict, strict=strict)
+            for s in self._store.shards:
+                flat = self._cache.get(id(s))
+                if flat is not None:
+                    self._store.write_value(s, flat)
+            return result
+        finally:
+            self._loading = False
+            self._cache = {}
+
+    def read_state(self, rec, which):
+        self._store.release_all()
+        return rec.region(self._store.read_flat(rec.shard, which)).clone()
+
+    def write_state(self, rec, which, value):
+        with DisableTorchFunction():
+            v = value.detach().to("cpu", torch.float32)
+        if tuple(v.shape) != rec.shape:
+            raise ValueError(f"zinf: {which} of {rec.name}: shape {tuple(v.shape)}; expected "
+                             f"{rec.shape}")
+        flat = self._store.read_flat(rec.shard, which)
+        rec.region(flat).copy_(v)
+        self._store.write_state(rec.shard, which, flat)
+
+    def state_bytes(self):
+        """Bytes registered in the tiers per role: param (the working copies), master,
+        exp_avg, exp_avg_sq, grad."""
+        el = torch.empty(0, dtype=self._wdtype).element_size()
+        out = {"param": 0, "master": 0, "exp_avg": 0, "exp_avg_sq": 0, "grad": 0}
+        for s in self._store.shards:
+            out["param"] += s.numel * el
+            if s.trainable:
+                out["master"] += s.numel * 4 if s.master is not None else 0
+                for k in ("exp_avg", "exp_avg_sq", "grad"):
+                    out[k] += s.numel * 4
+        return out
+
+    def stats(self):
+        return self._store.engine.stats()
+
+    def state_tensor(self, name, which="param"):
+        """A CPU copy of a parameter ("param": its value) or its Adam moment ("exp_avg",
+        "exp_avg_sq")."""
+        if which == "param":
+            return self.gathered_param(name)
+        return self.read_state(self._rec(name), which)
+
+    def _rec(self, name):
+        rec = self._names.get(name)
+        if rec is None:
+            raise KeyError(f"zinf: {name!r} is not a parameter of the offloaded module")
+        return rec
+
+    @property
+    def units(self):
+        """The wrap units' names, the root last."""
+        return list(self._unit_names)
+
+    def close(self):
+        for h in self._stepper.handles.values():
+            _lib.lib.zinf_adam_destroy(h)
+        self._stepper.handles = {}
+        self._store.close()
