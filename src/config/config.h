@@ -61,10 +61,12 @@ std::string_view OffloadDeviceName(OffloadDevice device);  // "none", "cpu", "nv
 struct OffloadParamConfig {
   OffloadDevice device = OffloadDevice::kNone;  // "cpu" | "nvme" | "none"
   std::string nvme_path;                        // REQUIRED when device is "nvme": a directory
+  // Checked, but without effect (warned unless DeepSpeed's defaults; pin_memory true is what
+  // zinf does anyway): DeepSpeed's staging buffers; zinf's is zinf.budgets.pinned_bytes.
   uint64_t buffer_count = 5;                    // NVMe swap buffers (>= 1 when device is nvme)
   uint64_t buffer_size = 100'000'000;           // elements per swap buffer
   uint64_t max_in_cpu = 1'000'000'000;          // elements kept in host memory with NVMe
-  bool pin_memory = false;                      // host copies page-locked (pinned budget)
+  bool pin_memory = false;                      // host copies page-locked (zinf's always are)
 };
 
 // `zero_optimization.offload_optimizer`: where fp32 master weights and Adam moments live; the
@@ -72,11 +74,11 @@ struct OffloadParamConfig {
 struct OffloadOptimizerConfig {
   OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;  // REQUIRED when device is "nvme"
+  // Checked, but without effect (warned unless DeepSpeed's defaults, or what zinf does: its
+  // host copies are always pinned, it always reads ahead and writes behind, zinf.pipeline_depth
+  // deep; false asks for nothing zinf must do and is accepted silently).
   uint64_t buffer_count = 4;
   bool pin_memory = false;
-  // zinf: read-ahead and write-behind are ON by default (DeepSpeed's default is false, which
-  // serializes the NVMe optimizer step). An explicit false turns that direction off; the depth
-  // is zinf.pipeline_depth.
   bool pipeline_read = true;
   bool pipeline_write = true;
   // Accepted, not acted on unless neutral: ratio (neutral 1.0), fast_init (neutral false).
@@ -91,6 +93,9 @@ struct ZeroConfig {
   int stage = 3;
   OffloadParamConfig offload_param;
   OffloadOptimizerConfig offload_optimizer;
+  // Checked, but without effect (warned unless DeepSpeed's defaults): zinf prefetches whole
+  // units (zinf.prefetch_depth), its device budget bounds what is resident, and it steps the
+  // optimizer a unit at a time.
   uint64_t stage3_prefetch_bucket_size = 50'000'000;    // elements fetched ahead, at most
   uint64_t stage3_max_live_parameters = 1'000'000'000;  // elements resident on the device
   uint64_t sub_group_size = 1'000'000'000;              // elements per optimizer-step tile

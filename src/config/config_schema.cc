@@ -30,6 +30,10 @@ constexpr uint64_t kMaxBatch = 1ull << 40;
 const Choices<OffloadDevice> kDevices = {
     {"none", OffloadDevice::kNone}, {"cpu", OffloadDevice::kCpu}, {"nvme", OffloadDevice::kNvme}};
 
+// DeepSpeed sizes its own staging buffers with buffer_count, buffer_size and max_in_cpu, and
+// pins them with pin_memory; zinf stages through the pinned budget (zinf.budgets.pinned_bytes),
+// always pinned, and reads ahead and writes behind always. Their values are checked, and any but
+// DeepSpeed's defaults (or what zinf does anyway) is named in the one "no effect" warning.
 void ReadOffloadParam(Reader r, OffloadParamConfig* c) {
   r.Enum("device", &c->device, kDevices, kAuto);
   r.String("nvme_path", &c->nvme_path, "a directory path", kNull);
@@ -37,6 +41,10 @@ void ReadOffloadParam(Reader r, OffloadParamConfig* c) {
   r.Uint("buffer_size", &c->buffer_size, 0, kU64Max, kAuto);
   r.Uint("max_in_cpu", &c->max_in_cpu, 0, kU64Max, kAuto);
   r.Bool("pin_memory", &c->pin_memory, kAuto);
+  r.Unimplemented("buffer_count", {5});
+  r.Unimplemented("buffer_size", {100'000'000});
+  r.Unimplemented("max_in_cpu", {1'000'000'000});
+  r.Unimplemented("pin_memory", {true});
   r.Finish();
 }
 
@@ -47,6 +55,10 @@ void ReadOffloadOptimizer(Reader r, OffloadOptimizerConfig* c) {
   r.Bool("pin_memory", &c->pin_memory, kAuto);
   r.Bool("pipeline_read", &c->pipeline_read, kAuto);
   r.Bool("pipeline_write", &c->pipeline_write, kAuto);
+  r.Unimplemented("buffer_count", {4});
+  r.Unimplemented("pin_memory", {true});
+  r.Unimplemented("pipeline_read", {true});
+  r.Unimplemented("pipeline_write", {true});
   r.Unimplemented("ratio", {1.0, 1});
   r.Unimplemented("fast_init");
   r.Unimplemented("super_offload");
@@ -68,6 +80,16 @@ void ReadZero(Reader r, ZeroConfig* c, ReadReport* report) {
   r.Uint(r.Alias("stage3_max_live_parameters", "max_live_parameters"),
          &c->stage3_max_live_parameters, 1, kU64Max, kAuto);
   r.Uint("sub_group_size", &c->sub_group_size, 1, kU64Max, kAuto);
+  // zinf prefetches whole units (zinf.prefetch_depth), bounds the device tier by its budget and
+  // steps the optimizer a unit at a time: these are checked, and named in the "no effect"
+  // warning unless DeepSpeed's defaults.
+  for (const char* k : {"stage3_prefetch_bucket_size", "prefetch_bucket_size"}) {
+    r.Unimplemented(k, {50'000'000});
+  }
+  for (const char* k : {"stage3_max_live_parameters", "max_live_parameters"}) {
+    r.Unimplemented(k, {1'000'000'000});
+  }
+  r.Unimplemented("sub_group_size", {1'000'000'000});
   // Collectives, bucketing and partitioning across ranks (zinf runs one rank), checkpoint and
   // module-hook options of DeepSpeed's PyTorch engine.
   r.UnimplementedKeys({"contiguous_gradients",

@@ -181,7 +181,11 @@ TEST(ConfigTest, RoundTripThroughToJson) {
   auto again = Load(printed);
   ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << printed;
   EXPECT_EQ(again->ToJson(), r->ToJson());
-  EXPECT_TRUE(again->unimplemented.empty());
+  // A prefetch bucket other than DeepSpeed's default has no effect in zinf: named, both times.
+  EXPECT_EQ(r->unimplemented,
+            std::vector<std::string>{"zero_optimization.stage3_prefetch_bucket_size=10000000.0"});
+  EXPECT_EQ(again->unimplemented,
+            std::vector<std::string>{"zero_optimization.stage3_prefetch_bucket_size=10000000"});
   EXPECT_EQ(again->zinf.stripe_paths, (std::vector<std::string>{"/a", "/b"}));
   EXPECT_DOUBLE_EQ(again->scheduler.cos_min_ratio, 0.1);
   EXPECT_EQ(again->aio.engine, "posix");
@@ -296,6 +300,36 @@ TEST(ConfigTest, UnimplementedDeepSpeedKeysAreWarnedOnceTogether) {
         "tensorboard="}) {
     EXPECT_THAT(log.text(), HasSubstr(key));
   }
+}
+
+// DeepSpeed's staging-buffer and bucket sizes are checked like any value, and named in the one
+// warning when they ask for something zinf does not do (zinf stages through its pinned budget).
+TEST(ConfigTest, DeepSpeedBufferSizesAreCheckedAndWarnedUnlessTheirDefaults) {
+  LogCapture log;
+  auto quiet = Load(R"({"zero_optimization": {
+      "offload_param": {"device": "nvme", "nvme_path": "/n", "pin_memory": true, "buffer_count": 5,
+                        "buffer_size": 1e8, "max_in_cpu": 1e9},
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/n", "pin_memory": true,
+                            "buffer_count": 4, "pipeline_read": false},
+      "stage3_prefetch_bucket_size": 5e7, "stage3_max_live_parameters": 1e9,
+      "sub_group_size": 1e9}})");
+  ASSERT_TRUE(quiet.ok()) << quiet.status().ToString();
+  EXPECT_TRUE(quiet->unimplemented.empty());
+  EXPECT_EQ(log.Count("not implemented"), 0u) << log.text();
+  auto loud = Load(R"({"zero_optimization": {
+      "offload_param": {"buffer_count": 8, "buffer_size": 2e8},
+      "offload_optimizer": {"buffer_count": 6},
+      "stage3_max_live_parameters": 3e8, "sub_group_size": 1e8}})");
+  ASSERT_TRUE(loud.ok()) << loud.status().ToString();
+  EXPECT_EQ(loud->unimplemented.size(), 5u);
+  EXPECT_EQ(log.Count("not implemented"), 1u) << log.text();
+  for (const char* key : {"offload_param.buffer_count=8", "offload_param.buffer_size=",
+                          "offload_optimizer.buffer_count=6", "stage3_max_live_parameters=",
+                          "sub_group_size="}) {
+    EXPECT_THAT(log.text(), HasSubstr(key));
+  }
+  std::string m = Refusal(R"({"zero_optimization": {"sub_group_size": 1e8}})", /*strict=*/true);
+  EXPECT_THAT(m, HasSubstr("zero_optimization.sub_group_size=100000000.0: a DeepSpeed key"));
 }
 
 TEST(ConfigTest, UnimplementedDeepSpeedKeysAreRefusedWhenStrict) {

@@ -10,7 +10,6 @@ import math
 import os
 import tempfile
 import unittest
-import warnings
 
 try:
     import torch
@@ -19,6 +18,7 @@ except ImportError:
 
 if torch is not None:
     import zinf.torch as zt
+    from zinf import ZinfError
     from zinf.torch import _config
     from torch_models import GPT, TorchCase, batches, config, loss_of
 
@@ -198,16 +198,14 @@ class ConfigTest(TorchCase if torch is not None else unittest.TestCase):
         model = zt.offload(GPT(layers=1), self.cfg(wall_clock_breakdown=False,
                                                    steps_per_print=1000))
         model.close()
+        # DeepSpeed's staging-buffer sizes have no effect: the engine names them in its one
+        # warning, and refuses them under zinf.strict.
         c = self.cfg()
         c["zero_optimization"] = {"offload_param": {"device": "nvme", "buffer_count": 7,
                                                     "nvme_path": c["zinf"]["swap_dir"]}}
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            model = zt.offload(GPT(layers=1), c)
-            model.close()
-        self.assertTrue(any("offload_param.buffer_count=7" in str(x.message) for x in w), w)
+        zt.offload(GPT(layers=1), c).close()
         c["zinf"]["strict"] = True
-        with self.assertRaisesRegex(ValueError, r"buffer_count=7.*zinf\.strict"):
+        with self.assertRaisesRegex(ZinfError, r"offload_param\.buffer_count=7.*strict"):
             zt.offload(GPT(layers=1), c)
         # Unknown keys and bad values: the engine names them.
         with self.assertRaisesRegex(Exception, "did you mean"):

@@ -6,12 +6,12 @@ engine checks every value (types, ranges, unknown keys with a "did you mean"), t
 takes what the PyTorch path acts on. KEYS below says, for every key, who honors it:
 - "python": this package (the optimizer and its groups, the schedule, precision and loss
   scaling, clipping, accumulation, the homes);
-- "engine": the C engine (budgets, the NVMe engine, swap files, prefetch);
-- "warned": a DeepSpeed sizing knob of its own staging buffers with no effect on the results;
-  zinf sizes its staging from zinf.budgets.pinned_bytes. Accepted with one warning naming it
-  (as `zinf train` does), refused under zinf.strict;
-- "refused": meaningful only to `zinf train` (its model, checkpoints, ranks); given with a value
-  other than its default it is refused, naming the key, since it would have no effect here.
+- "engine": the C engine (budgets, the NVMe engine, swap files, prefetch). DeepSpeed's keys
+  that have no effect in zinf (its staging-buffer sizes, its collectives' buckets) are the
+  engine's too: accepted with one warning naming them unless they hold DeepSpeed's default (or
+  what zinf does anyway), refused under zinf.strict;
+- "refused": meaningful only to `zinf train` (its model, checkpoints, ranks) or not implemented;
+  given with a value other than its default it is refused, naming the key.
 docs/torch.md shows the table; tests/python/test_torch_config.py keeps the two equal.
 
 What is absent takes DeepSpeed's default: no optimizer block is AdamW at lr 1e-3 unless the
@@ -31,7 +31,8 @@ KEYS = {
     "optimizer.params.weight_decay": ("python", "weight decay of groups that do not set theirs"),
     "optimizer.params.bias_correction": ("python", "Adam's bias correction"),
     "optimizer.params.adam_w_mode": ("python", "false: L2 decay (torch.optim.Adam's)"),
-    "optimizer.params.torch_adam": ("warned", "zinf's Adam runs either way"),
+    "optimizer.params.torch_adam": ("engine", "no effect: zinf's Adam runs either way (warned "
+                                              "unless false)"),
     "optimizer.params.amsgrad": ("refused", "AMSGrad is not implemented (true is refused)"),
     "scheduler.*": ("python", "WarmupLR, WarmupDecayLR, WarmupCosineLR stepped after each "
                               "applied optimizer step (model.lr_scheduler)"),
@@ -45,7 +46,7 @@ KEYS = {
     "fp16.min_loss_scale": ("python", "the scale's floor"),
     "fp16.auto_cast": ("refused", "autocast of inputs is not implemented"),
     "fp16.fp16_master_weights_and_grads": ("refused", "the master weights are fp32"),
-    "fp16.fused_mode": ("warned", "no effect"),
+    "fp16.fused_mode": ("engine", "no effect (warned unless true)"),
     "bf16.enabled": ("python", "bf16 weights on the device, fp32 master and moments in the "
                                "tiers"),
     "bf16.immediate_grad_update": ("refused", "not implemented"),
@@ -65,27 +66,37 @@ KEYS = {
     "zero_optimization.offload_param.device": ("python", "nvme or cpu: the weights' home "
                                                          "(none is refused)"),
     "zero_optimization.offload_param.nvme_path": ("engine", "the swap directory"),
-    "zero_optimization.offload_param.pin_memory": ("warned", "zinf's host tier is always "
-                                                             "pinned"),
-    "zero_optimization.offload_param.buffer_count": ("warned", "DeepSpeed's staging buffers"),
-    "zero_optimization.offload_param.buffer_size": ("warned", "DeepSpeed's staging buffers"),
-    "zero_optimization.offload_param.max_in_cpu": ("warned", "DeepSpeed's staging buffers"),
+    "zero_optimization.offload_param.pin_memory": ("engine", "no effect: zinf's host tier is "
+                                                             "always pinned"),
+    "zero_optimization.offload_param.buffer_count": ("engine", "no effect: DeepSpeed's staging "
+                                                               "buffers (warned unless 5)"),
+    "zero_optimization.offload_param.buffer_size": ("engine", "no effect: DeepSpeed's staging "
+                                                              "buffers (warned unless 1e8)"),
+    "zero_optimization.offload_param.max_in_cpu": ("engine", "no effect: DeepSpeed's staging "
+                                                             "buffers (warned unless 1e9)"),
     "zero_optimization.offload_optimizer.device": ("python", "nvme or cpu: the master weights' "
                                                              "and moments' home (none is "
                                                              "refused)"),
     "zero_optimization.offload_optimizer.nvme_path": ("engine", "the swap directory"),
-    "zero_optimization.offload_optimizer.pin_memory": ("warned", "zinf's host tier is always "
-                                                                 "pinned"),
-    "zero_optimization.offload_optimizer.buffer_count": ("warned", "DeepSpeed's staging "
-                                                                   "buffers"),
-    "zero_optimization.offload_optimizer.pipeline_read": ("warned", "zinf reads ahead always"),
-    "zero_optimization.offload_optimizer.pipeline_write": ("warned", "zinf writes behind "
-                                                                     "always"),
-    "zero_optimization.stage3_prefetch_bucket_size": ("warned", "zinf prefetches whole units: "
-                                                               "zinf.prefetch_depth"),
-    "zero_optimization.stage3_max_live_parameters": ("warned", "zinf.budgets.device_bytes "
-                                                              "bounds the device tier"),
-    "zero_optimization.sub_group_size": ("warned", "zinf steps one parameter at a time"),
+    "zero_optimization.offload_optimizer.pin_memory": ("engine", "no effect: zinf's host tier is "
+                                                                 "always pinned"),
+    "zero_optimization.offload_optimizer.buffer_count": ("engine", "no effect: DeepSpeed's "
+                                                                   "staging buffers (warned "
+                                                                   "unless 4)"),
+    "zero_optimization.offload_optimizer.pipeline_read": ("engine", "no effect: zinf reads ahead "
+                                                                    "always"),
+    "zero_optimization.offload_optimizer.pipeline_write": ("engine", "no effect: zinf writes "
+                                                                     "behind always"),
+    "zero_optimization.stage3_prefetch_bucket_size": ("engine", "no effect: zinf prefetches "
+                                                                "whole units, "
+                                                                "zinf.prefetch_depth (warned "
+                                                                "unless 5e7)"),
+    "zero_optimization.stage3_max_live_parameters": ("engine", "no effect: "
+                                                               "zinf.budgets.device_bytes bounds "
+                                                               "the device tier (warned unless "
+                                                               "1e9)"),
+    "zero_optimization.sub_group_size": ("engine", "no effect: zinf steps a unit at a time "
+                                                   "(warned unless 1e9)"),
     "zero_optimization.*": ("engine", "DeepSpeed's other ZeRO keys: warned by the engine, "
                                       "refused under zinf.strict"),
     "aio.*": ("engine", "the NVMe engine"),
@@ -99,7 +110,7 @@ KEYS = {
     "zinf.swap_dir": ("engine", "the swap directory"),
     "zinf.write_behind": ("engine", "write dirty host copies home at once"),
     "zinf.adam_threads": ("python", "CPU Adam threads"),
-    "zinf.strict": ("python", "refuse the warned keys"),
+    "zinf.strict": ("engine", "refuse the keys without effect instead of warning"),
     "zinf.trace_file": ("refused", "zinf train's trace"),
     "zinf.pipeline_depth": ("refused", "zinf train's optimizer pipeline"),
     "zinf.overlap_adam": ("python", "each shard's Adam in the window's last backward, as soon "
@@ -114,24 +125,12 @@ KEYS = {
     "zinf.sharding_strategy": ("refused", "ranks are zinf train's for now"),
 }
 
-# The value a "refused" or "warned" key may hold without asking for anything.
+# The values a "refused" key may hold without asking for anything.
 _NEUTRAL = {
-    "optimizer.params.torch_adam": [False], "optimizer.params.amsgrad": [False],
-    "fp16.auto_cast": [False], "fp16.fp16_master_weights_and_grads": [False],
-    "fp16.fused_mode": [True], "bf16.immediate_grad_update": [False],
+    "optimizer.params.amsgrad": [False], "fp16.auto_cast": [False],
+    "fp16.fp16_master_weights_and_grads": [False], "bf16.immediate_grad_update": [False],
     "bf16.check_grad_overflow": [False], "bf16.bf16_master_weights_and_grads": [False],
     "bf16.bf16_optimizer_states": [False], "wall_clock_breakdown": [False],
-    "zero_optimization.offload_param.pin_memory": [True],
-    "zero_optimization.offload_optimizer.pin_memory": [True],
-    "zero_optimization.offload_optimizer.pipeline_read": [True],
-    "zero_optimization.offload_optimizer.pipeline_write": [True],
-    "zero_optimization.offload_param.buffer_count": [5],
-    "zero_optimization.offload_param.buffer_size": [100000000],
-    "zero_optimization.offload_param.max_in_cpu": [1000000000],
-    "zero_optimization.offload_optimizer.buffer_count": [4],
-    "zero_optimization.stage3_prefetch_bucket_size": [50000000],
-    "zero_optimization.stage3_max_live_parameters": [1000000000],
-    "zero_optimization.sub_group_size": [1000000000],
     "zinf.budgets.host_bytes": [None], "zinf.trace_file": [""], "zinf.pipeline_depth": [2],
     "zinf.overlap_adam": [False], "zinf.seed": [], "zinf.optimizer_state_dtype": ["fp32"],
     "zinf.optimizer_state_rounding": ["stochastic"], "zinf.sharding_strategy": ["", "FULL_SHARD"],
@@ -197,25 +196,19 @@ class TorchConfig:
 
     def __init__(self, doc, source="config", world_size=1):
         self.source = source
-        strict = bool(_get(doc, "zinf.strict", False))
-        refused, warned = [], []
+        refused = []
         for path, value in _leaves(doc):
             rule = _rule(path)
-            if rule is None or KEYS[rule][0] in ("python", "engine"):
+            if rule is None or KEYS[rule][0] != "refused":
                 continue
             neutral = _NEUTRAL.get(path, _NEUTRAL.get(rule, []))
             if value == "auto" or value is None or value in neutral:
                 continue
-            (warned if KEYS[rule][0] == "warned" else refused).append((path, value, rule))
-        if strict:
-            refused += warned
-            warned = []
+            refused.append((path, value, rule))
         if refused:
             raise ValueError(f"zinf.torch.offload: {source}: " + "; ".join(
                 f"{p}={json.dumps(v)} has no effect in the PyTorch path ({KEYS[r][1]}); expected "
-                f"it removed{' (zinf.strict)' if KEYS[r][0] == 'warned' else ''}"
-                for p, v, r in refused))
-        self.warned = [f"{p}={json.dumps(v)}" for p, v, _ in warned]
+                "it removed" for p, v, r in refused))
 
         # Optimizer.
         self.optimizer = None

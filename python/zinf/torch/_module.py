@@ -26,7 +26,6 @@ How it works (the contract; zinf/torch/__init__.py has the user's view):
 Thread-safety: one thread drives a model (PyTorch's own rule for a module). With device="cuda",
 autograd's device thread runs the backward hooks while the caller waits in backward.
 """
-import warnings
 
 import torch
 from torch._C import DisableTorchFunction
@@ -170,10 +169,6 @@ class OffloadedModule(torch.nn.Module):
         if cfg.scheduler is not None:
             self._stepper.lr_scheduler = DeepSpeedLR(self.optimizer,
                                                      _config.lr_schedule(cfg.scheduler, None))
-        if cfg.warned:
-            warnings.warn(f"zinf.torch.offload: {source}: accepted without effect on the "
-                          f"results: {', '.join(cfg.warned)} (zinf.strict refuses them)",
-                          stacklevel=3)
         # The caller's own reference to the module reads and writes the tiers too.
         object.__setattr__(module, "state_dict", self.state_dict)
         object.__setattr__(module, "load_state_dict", self.load_state_dict)
