@@ -10,6 +10,7 @@ import os
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 ZINF_OK = 0
+ZINF_E_FAILED_PRECONDITION = -6
 ZINF_E_OUT_OF_RANGE = -7
 DTYPE_F32, DTYPE_BF16, DTYPE_F16 = 0, 1, 2
 

@@ -217,6 +217,30 @@ class PrecisionTest(TorchCase if torch is not None else unittest.TestCase):
         model.close()
 
     @unittest.skipIf(DEVICE != "cpu", "a CPU case")
+    def test_a_unit_with_frozen_parameters_takes_in_place_ops_on_its_input(self):
+        class Unit(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = torch.nn.ReLU(inplace=True)
+                self.lin = torch.nn.Linear(8, 8)
+                self.lin.bias.requires_grad_(False)
+
+            def forward(self, x):
+                return self.lin(self.act(x))
+        net = torch.nn.Sequential(torch.nn.Linear(8, 8), Unit())
+        plain = copy.deepcopy(net)
+        model = zt.offload(net, config(self.swap(), "1M"),
+                           param_groups=[{"params": [p for p in net.parameters()
+                                                     if p.requires_grad]}])
+        x = torch.linspace(-1, 1, 16).reshape(2, 8)
+        plain(x).sum().backward()
+        model(x).sum().backward()
+        for n, p in plain.named_parameters():
+            if p.requires_grad:
+                self.assertTrue(torch.equal(model.gathered_grad(n), p.grad), n)
+        model.close()
+
+    @unittest.skipIf(DEVICE != "cpu", "a CPU case")
     def test_wrap_policies(self):
         import functools
         net = GPT(layers=3)
@@ -238,6 +262,15 @@ class PrecisionTest(TorchCase if torch is not None else unittest.TestCase):
         model = zt.offload(GPT(layers=2), config(self.swap(), "1M"))
         self.assertEqual(model.units, ["wte", "wpe", "blocks.0", "blocks.1", "ln_f", "head",
                                        "<root>"])
+        model.close()
+        # A ParameterList child's parameters are the root's (PyTorch never calls it).
+        net = torch.nn.Module()
+        net.lin = torch.nn.Linear(4, 4)
+        net.scales = torch.nn.ParameterList([torch.nn.Parameter(torch.ones(4))])
+        net.forward = lambda x: net.lin(x) * net.scales[0]
+        model = zt.offload(net, config(self.swap(), "1M"))
+        self.assertEqual(model.units, ["lin", "<root>"])
+        self.assertEqual(tuple(model(torch.ones(2, 4)).shape), (2, 4))
         model.close()
 
 

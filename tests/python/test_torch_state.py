@@ -86,6 +86,59 @@ class StateTest(TorchCase if torch is not None else unittest.TestCase):
         a.close()
         b.close()
 
+    def test_resuming_keeps_the_configs_schedule_and_the_loss_scaler(self):
+        sched = {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 1e-2,
+                                                     "total_num_steps": 20,
+                                                     "warmup_type": "linear"}}
+        net = GPT(layers=1)
+        twin = copy.deepcopy(net)
+
+        def make(n):
+            return zt.offload(n, config(self.swap(), "1M", scheduler=sched,
+                                        optimizer={"type": "AdamW", "params": {"lr": 1e-2}}))
+        a = make(net)
+        train(a, 6)
+        b = make(twin)
+        b.load_state_dict(a.state_dict())
+        b.optimizer.load_state_dict(a.optimizer.state_dict())
+        self.assertEqual(b.optimizer.param_groups[0]["lr"], a.optimizer.param_groups[0]["lr"])
+        self.assertEqual(b.global_steps, 6)
+        self.assertEqual(train(a, 3, seed=9), train(b, 3, seed=9))
+        a.close()
+        b.close()
+
+    def test_an_existing_torch_optimizer_is_taken_with_its_state_and_scheduler(self):
+        net = GPT(layers=1)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        loss_of(net, next(batches(1, 1))[0]).backward()
+        opt.step()
+        opt.zero_grad()
+        moment = opt.state[net.wte.weight]["exp_avg"].clone()
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.0 if s >= 1 else 1.0)
+        model = zt.offload(net, config(self.swap(), "1M"), optimizer=opt)
+        self.assertTrue(torch.equal(model.state_tensor("wte.weight", "exp_avg"), moment))
+        sched.step()  # lr 0 on the caller's optimizer: the groups are shared
+        self.assertEqual(model.optimizer.param_groups[0]["lr"], 0.0)
+        before = model.state_dict()
+        train(model, 1)
+        for k, v in model.state_dict().items():  # AdamW at lr 0 moves nothing
+            self.assertTrue(torch.equal(v, before[k]), k)
+        model.close()
+
+    def test_a_refused_offload_leaves_the_module_as_it_was(self):
+        net = GPT(layers=1)
+        w0 = net.head.weight.detach().clone()
+        bad = {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}}
+        with self.assertRaisesRegex(ValueError, "total_num_steps"):
+            zt.offload(net, config(self.swap(), "1M", scheduler=bad))
+        with self.assertRaisesRegex(ValueError, "more than one parameter group"):
+            zt.offload(net, config(self.swap(), "1M"),
+                       param_groups=[{"params": list(net.parameters())},
+                                     {"params": [net.head.weight]}])
+        self.assertIs(type(net.head.weight), torch.nn.Parameter)
+        self.assertTrue(torch.equal(net.head.weight.detach(), w0))
+        zt.offload(net, config(self.swap(), "1M")).close()  # and it can still be offloaded
+
     def test_torch_lr_schedulers_drive_the_optimizer(self):
         net = GPT(layers=1)
         plain = copy.deepcopy(net)

@@ -54,6 +54,8 @@ KEYS = {
     "bf16.bf16_master_weights_and_grads": ("refused", "the master weights are fp32"),
     "bf16.bf16_optimizer_states": ("refused", "the moments are fp32"),
     "gradient_clipping": ("python", "global-norm clipping in every optimizer step"),
+    "torch_autocast.*": ("refused", "autocast is not implemented (enabled: true is refused)"),
+    "amp.*": ("refused", "NVIDIA Apex AMP is not implemented (enabled: true is refused)"),
     "gradient_accumulation_steps": ("python", "model.backward scales by 1/steps and "
                                               "model.step steps every steps-th call"),
     "train_batch_size": ("python", "with train_micro_batch_size_per_gpu: the accumulation "
@@ -138,6 +140,7 @@ _NEUTRAL = {
     "zinf.checkpoint.resume": [""], "zinf.checkpoint.verify_state_reads": [False],
     "zinf.comm.timeout_seconds": [300], "zinf.comm.check_sequence": [False],
     "zinf.comm.backend": ["gloo"],
+    "torch_autocast.enabled": [False], "amp.enabled": [False],
 }
 _ALIASES = {"bfloat16": "bf16", "thread_count": "intra_op_parallelism",
             "prefetch_bucket_size": "stage3_prefetch_bucket_size",

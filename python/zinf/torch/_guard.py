@@ -49,7 +49,7 @@ _METADATA = _getset("shape", "dtype", "device", "requires_grad", "is_leaf", "gra
     "size", "dim", "numel", "nelement", "stride", "element_size", "is_floating_point",
     "is_complex", "is_contiguous", "data_ptr", "register_hook", "get_device", "__len__",
     "has_names", "is_pinned", "is_shared", "_is_view", "is_inference", "__hash__")
-_DATA_GET = torch.Tensor.data.__get__
+_DATA_GET = torch.Tensor.data.__get__  # compare with ==: each access is a new wrapper
 _DATA_SET = torch.Tensor.data.__set__
 _GRAD_SET = torch.Tensor.grad.__set__
 _RG_SET = torch.Tensor.requires_grad.__set__
@@ -73,16 +73,13 @@ def _plain(func, args, kwargs):
 
 
 def _params_in(args, kwargs):
-    for a in args:
+    for a in list(args) + list(kwargs.values()):
         if isinstance(a, ZinfParameter):
             yield a
         elif isinstance(a, (list, tuple)):
             for b in a:
                 if isinstance(b, ZinfParameter):
                     yield b
-    for a in kwargs.values():
-        if isinstance(a, ZinfParameter):
-            yield a
 
 
 class ZinfParameter(torch.nn.Parameter):

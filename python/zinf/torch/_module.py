@@ -12,11 +12,13 @@ How it works (the contract; zinf/torch/__init__.py has the user's view):
 - Saved tensors: autograd's saved references into a held shard are stored as (shard, offset,
   shape, stride) (saved_tensors_hooks around the forward) and the shard is held again when
   backward unpacks them. That backward hold ends when every trainable parameter of the shard
-  has its gradient (their AccumulateGrad hooks), when backward leaves the unit (an identity
-  function on the unit's inputs: frozen shards), or at the end of backward (a final callback).
-- A unit forward that runs while the wrapper's forward does not, with grad enabled, is a
-  recomputation (torch.utils.checkpoint, reentrant or not, replays the forward in backward): its
-  shards are held for backward from the start, so whatever the recomputation saved stays valid.
+  has its gradient (their AccumulateGrad hooks), when backward leaves the unit (a hook on the
+  unit's inputs: frozen shards), or at the end of backward (a final callback).
+- A unit forward that runs while the wrapper's forward does not, with grad enabled (a
+  reentrant torch.utils.checkpoint recomputation, or the module called directly) pushes the
+  same hooks for itself. Inside a non-reentrant checkpoint's recomputation, whose own hooks
+  keep what it saves (pointing into the copies), the shards are held for backward instead and
+  pinned: never handed back early (ShardStore).
 - Gradients: the AccumulateGrad hook adds each gradient into its shard's fp32 gradient in the
   tiers (pinned memory or NVMe) and leaves a GradPlaceholder in .grad; micro-batches accumulate
   there until the optimizer step (_step.py).
@@ -26,6 +28,9 @@ How it works (the contract; zinf/torch/__init__.py has the user's view):
 Thread-safety: one thread drives a model (PyTorch's own rule for a module). With device="cuda",
 autograd's device thread runs the backward hooks while the caller waits in backward.
 """
+
+import os
+import sys
 
 import torch
 from torch._C import DisableTorchFunction
@@ -38,19 +43,22 @@ from zinf.torch._shards import ShardStore, storage_ptr, view_of
 _PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class _BackwardMarker(torch.autograd.Function):
-    """Identity on a unit's inputs; its backward runs once backward has left the unit."""
+_CHECKPOINT_PY = os.path.join("torch", "utils", "checkpoint.py")
 
-    @staticmethod
-    def forward(ctx, owner, unit, *xs):
-        ctx.owner, ctx.unit = owner, unit
-        outs = tuple(x.view_as(x) for x in xs)
-        return outs if len(outs) > 1 else outs[0]
 
-    @staticmethod
-    def backward(ctx, *grads):
-        ctx.owner._unit_backward_done(ctx.unit)
-        return (None, None) + grads
+def _in_checkpoint_unpack():
+    """Whether this forward runs inside torch.utils.checkpoint's unpack hook: the non-reentrant
+    recomputation (torch 1.13's and 2's), whose own hooks store what it saves. The reentrant
+    one runs from CheckpointFunction.backward instead."""
+    f = sys._getframe(2)
+    for _ in range(64):
+        if f is None:
+            return False
+        code = f.f_code
+        if "unpack" in code.co_name and code.co_filename.endswith(_CHECKPOINT_PY):
+            return True
+        f = f.f_back
+    return False
 
 
 class OffloadedModule(torch.nn.Module):
@@ -77,6 +85,13 @@ class OffloadedModule(torch.nn.Module):
                              f"module with .to('{want}') first)")
         if any(isinstance(p, _guard.ZinfParameter) for p in module.parameters()):
             raise ValueError("zinf.torch.offload: the module is already offloaded")
+        if device == "cuda":
+            where = {p.device for p in module.parameters()}
+            here = torch.device("cuda", torch.cuda.current_device())
+            if where - {here}:
+                raise ValueError(f"zinf.torch.offload: the module's parameters are on "
+                                 f"{sorted(map(str, where))}; zinf's device tier is on the current "
+                                 f"device {here} (torch.cuda.set_device first)")
         self._device = device
         cfg = _config.TorchConfig(doc, source)
         self._cfg = cfg
@@ -118,10 +133,23 @@ class OffloadedModule(torch.nn.Module):
         self._leases = leases
 
         groups, defaults, self._adamw = _setup.build_groups(module, cfg, param_groups, optimizer,
-                                                     dict(lr=lr, betas=betas, eps=eps,
-                                                          weight_decay=weight_decay,
-                                                          bias_correction=bias_correction),
-                                                     adamw_mode)
+                                                            dict(lr=lr, betas=betas, eps=eps,
+                                                                 weight_decay=weight_decay,
+                                                                 bias_correction=bias_correction),
+                                                            adamw_mode)
+        # Everything that can refuse runs before the module is touched: the optimizer's groups,
+        # the schedule, the engine's memory plan. (optimizer=: its own group dicts are shared,
+        # so a scheduler attached to it drives this one, and its state is taken below.)
+        self._param_ids = {id(r.p) for r in self._order}
+        self.optimizer = OffloadOptimizer(self, groups, defaults)
+        self.optimizer._sealed = True
+        index = {id(p): gi for gi, g in enumerate(self.optimizer.param_groups)
+                 for p in g["params"]}
+        for rec in self._order:
+            rec.group = index.get(id(rec.p))
+        schedule = (_config.lr_schedule(cfg.scheduler, None) if cfg.scheduler is not None
+                    else None)
+        taken_state = optimizer.state_dict() if optimizer is not None and optimizer.state else None
         self._store = ShardStore(doc, device, self._wdtype, shards, homes, grad_home, leases)
         with DisableTorchFunction():
             for s in shards:
@@ -132,18 +160,23 @@ class OffloadedModule(torch.nn.Module):
                     zeros = torch.zeros(s.numel)
                     self._store.write_state(s, "exp_avg", zeros)
                     self._store.write_state(s, "exp_avg_sq", zeros)
+
+        # From here on the module is changed.
         # Buffers follow the working dtype, as DeepSpeed's module.half()/bfloat16() does.
         if self._wdtype != torch.float32:
             for b in module.buffers():
                 if b.is_floating_point():
                     b.data = b.data.to(self._wdtype)
-        self._torch_device = torch.device(want)
+        self._torch_device = (torch.device("cuda", torch.cuda.current_device())
+                              if device == "cuda" else torch.device("cpu"))
         self._fwd_depth = 0
         self._unit_modes = [[] for _ in self._unit_names]
+        self._unit_ctx = []  # saved-tensor hooks pushed for units run outside the wrapper
         self._gathering = self._loading = False
         self._cache = {}
         self._stepper = _step.Stepper(self._store, cfg, self._precision, self._adamw,
                                       self._adam_threads)
+        self._stepper.optimizer = self.optimizer
         with DisableTorchFunction():
             for rec in self._order:
                 rec.p.__class__ = _guard.ZinfParameter
@@ -158,17 +191,11 @@ class OffloadedModule(torch.nn.Module):
         for i, (name, m) in enumerate(units):
             self._handles.append(m.register_forward_pre_hook(self._pre_forward(i)))
             self._handles.append(m.register_forward_hook(self._post_forward(i)))
-
-        self.optimizer = OffloadOptimizer(self, groups, defaults)
-        self.optimizer._sealed = True
-        self._stepper.optimizer = self.optimizer
-        index = {id(p): gi for gi, g in enumerate(self.optimizer.param_groups)
-                 for p in g["params"]}
-        for rec in self._order:
-            rec.group = index.get(id(rec.p))
-        if cfg.scheduler is not None:
-            self._stepper.lr_scheduler = DeepSpeedLR(self.optimizer,
-                                                     _config.lr_schedule(cfg.scheduler, None))
+        if schedule is not None:
+            start = (cfg.scheduler.get("params") or {}).get("last_batch_iteration", -1)
+            self._stepper.lr_scheduler = DeepSpeedLR(self.optimizer, schedule, start)
+        if taken_state is not None:
+            self.optimizer.load_state_dict(taken_state)
         # The caller's own reference to the module reads and writes the tiers too.
         object.__setattr__(module, "state_dict", self.state_dict)
         object.__setattr__(module, "load_state_dict", self.load_state_dict)
@@ -194,6 +221,13 @@ class OffloadedModule(torch.nn.Module):
                 _guard.refuse(rec, func, "to change requires_grad after offload() (freeze or "
                               "unfreeze parameters before wrapping: a frozen parameter has no "
                               "gradient or optimizer state in the tiers)")
+            return NotImplemented
+        if func == _guard._DATA_GET and rec.shard.holds > 0:
+            if self._wdtype != torch.float32:
+                _guard.refuse(rec, func, f"during its lease with {self._precision} weights (an "
+                              "in-place change through the alias .data returns would not reach "
+                              "the fp32 master in the tiers; use the parameter itself)")
+            rec.shard.data_read = True  # the release writes the copy home: it may have changed
             return NotImplemented
         if self._gathering and func is _guard._DETACH:
             return self._value(rec)
@@ -227,19 +261,13 @@ class OffloadedModule(torch.nn.Module):
 
     # -- forward ----------------------------------------------------------------------------
     def _mark_inputs(self, unit, inputs):
+        """For a unit with frozen shards: a hook on each input that requires grad, run once the
+        gradient with respect to it is complete, i.e. once backward has left the unit."""
         if not self._frozen_shards[unit] or not torch.is_grad_enabled():
-            return None
-        idx = [i for i, x in enumerate(inputs)
-               if isinstance(x, torch.Tensor) and x.requires_grad]
-        if not idx:
-            return None
-        marked = _BackwardMarker.apply(self, unit, *[inputs[i] for i in idx])
-        if len(idx) == 1:
-            marked = (marked,)
-        out = list(inputs)
-        for i, m in zip(idx, marked):
-            out[i] = m
-        return tuple(out)
+            return
+        for x in inputs:
+            if isinstance(x, torch.Tensor) and x.requires_grad:
+                x.register_hook(lambda grad, u=unit: self._unit_backward_done(u))
 
     def _unit_backward_done(self, unit):
         for s in self._frozen_shards[unit]:
@@ -249,21 +277,34 @@ class OffloadedModule(torch.nn.Module):
         shards = self._unit_shards[unit]
 
         def hook(module, inputs):
-            recompute = self._fwd_depth == 0 and torch.is_grad_enabled()
-            self._unit_modes[unit].append(recompute)
-            if recompute:
-                self._store.bwd_hold(shards)
+            # A unit forward outside the wrapper's, with grad enabled: a checkpoint's
+            # recomputation in backward, or the module called directly.
+            mode = "plain"
+            if self._fwd_depth == 0 and torch.is_grad_enabled():
+                mode = "pinned" if _in_checkpoint_unpack() else "packed"
+            self._unit_modes[unit].append(mode)
+            if mode == "pinned":
+                # torch.utils.checkpoint (non-reentrant) stores what its recomputation saves,
+                # pointing into the copies: held, never handed back early, until backward is
+                # done with them.
+                self._store.bwd_hold(shards, pin=True)
             else:
                 self._store.hold(shards)
-            return self._mark_inputs(unit, inputs)
+                if mode == "packed":  # saved as references, leased again in backward
+                    ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+                    ctx.__enter__()
+                    self._unit_ctx.append(ctx)
+            self._mark_inputs(unit, inputs)
         return hook
 
     def _post_forward(self, unit):
         shards = self._unit_shards[unit]
 
         def hook(module, inputs, output):
-            recompute = self._unit_modes[unit].pop() if self._unit_modes[unit] else True
-            if not recompute:
+            mode = self._unit_modes[unit].pop() if self._unit_modes[unit] else "pinned"
+            if mode == "packed" and self._unit_ctx:
+                self._unit_ctx.pop().__exit__(None, None, None)
+            if mode != "pinned":
                 for s in shards:
                     self._store.unhold(s)
         return hook
@@ -286,6 +327,8 @@ class OffloadedModule(torch.nn.Module):
             return s.view.as_strided(shape, stride, offset)
 
     def forward(self, *args, **kwargs):
+        if self._fwd_depth == 0:
+            self._store.clear_stale()
         self._fwd_depth += 1
         ok = False
         root = self._unit_shards[self._root]
@@ -293,7 +336,7 @@ class OffloadedModule(torch.nn.Module):
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 self._store.hold(root)
                 try:
-                    args = self._mark_inputs(self._root, args) or args
+                    self._mark_inputs(self._root, args)
                     out = self.module(*args, **kwargs)
                 finally:
                     for s in root:
@@ -379,15 +422,14 @@ class OffloadedModule(torch.nn.Module):
 
     # -- the optimizer step (_step.Stepper) ---------------------------------------------------
     def grad_norm(self):
-        """The global 2-norm of the gradients accumulated so far (unscaled, clipped by a
-        pending clip_grad_norm_), as a 0-dim fp32 tensor."""
+        """The global 2-norm of the gradients accumulated so far (without the fp16 loss
+        scale), as a 0-dim fp32 tensor."""
         self._store.release_all()
         return self._stepper.grad_norm([r for r in self._order if r.grad_started])
 
     def clip_grad_norm_(self, max_norm, norm_type=2.0):
         """FSDP's clip_grad_norm_ (torch.nn.utils.clip_grad_norm_'s arithmetic) over zinf's
-        gradients: returns the total norm before clipping; the clip applies in the next
-        optimizer step."""
+        gradients, which it scales in the tiers: returns the total norm before clipping."""
         if float(norm_type) != 2.0:
             raise ValueError(f"zinf: clip_grad_norm_ norm_type {norm_type}; only 2.0 is "
                              "implemented")
@@ -427,6 +469,12 @@ class OffloadedModule(torch.nn.Module):
         (zinf.torch's first API; a scheduler is the usual way). Returns whether an optimizer
         step was applied."""
         return self._stepper.step(lr)
+
+    def step_state(self):
+        return self._stepper.state()
+
+    def load_step_state(self, d):
+        self._stepper.load_state(d)
 
     @property
     def loss_scale(self):

@@ -5,8 +5,10 @@ OffloadOptimizer is a torch.optim.Optimizer (so torch.optim.lr_scheduler schedul
 Hugging Face's group building work on it) whose param_groups hold the module's own Parameter
 objects with per-group lr, betas, eps, weight_decay, bias_correction; step() runs zinf's CPU
 Adam over the state in the tiers (OffloadedModule.optimizer_step). Its state_dict() has
-torch.optim.AdamW's layout (per-parameter step, exp_avg, exp_avg_sq, read from the tiers) and
-load_state_dict() writes them back.
+torch.optim.AdamW's layout (per-parameter step, exp_avg, exp_avg_sq, read from the tiers) plus
+a "zinf" entry (the step counts, the fp16 loss scaler, the config's schedule, overlap_adam's
+clip coefficient); load_state_dict() writes them back (a torch AdamW's own state dict loads
+too).
 
 LossScaler mirrors src/train/loss_scaler.cc (DeepSpeed's DynamicLossScaler): static or dynamic,
 hysteresis, window, floor; update(overflow) says whether to skip the step.
@@ -73,10 +75,10 @@ class LossScaler:
 class DeepSpeedLR:
     """DeepSpeed's WarmupLR / WarmupDecayLR / WarmupCosineLR over an optimizer's groups."""
 
-    def __init__(self, optimizer, lr_of):
+    def __init__(self, optimizer, lr_of, last_batch_iteration=-1):
         self.optimizer, self.lr_of = optimizer, lr_of
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
-        self.last_batch_iteration = -1
+        self.last_batch_iteration = int(last_batch_iteration)
         self.step()
 
     def step(self):
@@ -109,7 +111,7 @@ class OffloadOptimizer(torch.optim.Optimizer):
                              "give every group then (param_groups=...)")
         for p in ([param_group["params"]] if isinstance(param_group["params"], torch.Tensor)
                   else param_group["params"]):
-            if p.__dict__.get("_zinf") is None:
+            if id(p) not in self._owner._param_ids:
                 raise ValueError("zinf: a param group holds a tensor that is not a parameter "
                                  "of the offloaded module")
         super().add_param_group(param_group)
@@ -141,7 +143,7 @@ class OffloadOptimizer(torch.optim.Optimizer):
                                            "exp_avg_sq": self._owner.read_state(rec,
                                                                                 "exp_avg_sq")}
             groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": ids})
-        return {"state": state, "param_groups": groups}
+        return {"state": state, "param_groups": groups, "zinf": self._owner.step_state()}
 
     def load_state_dict(self, state_dict):
         groups = state_dict["param_groups"]
@@ -161,3 +163,5 @@ class OffloadOptimizer(torch.optim.Optimizer):
                 self._owner.write_state(rec, "exp_avg", s["exp_avg"])
                 self._owner.write_state(rec, "exp_avg_sq", s["exp_avg_sq"])
                 rec.step = int(float(s["step"]))
+        if "zinf" in state_dict:  # the step counts, the loss scaler, the config's schedule
+            self._owner.load_step_state(state_dict["zinf"])

@@ -93,6 +93,8 @@ def build_groups(module, cfg, param_groups, optimizer, kwargs, adamw_mode):
     return groups, defaults, adamw
 
 def adopt(opt):
+    """An existing torch.optim.Adam/AdamW or zinf.optim.CPUAdam's groups (shared, not copied)
+    and defaults; the caller takes its state after."""
     from zinf.optim import CPUAdam
     if isinstance(opt, CPUAdam):
         adamw = opt.adamw_mode
@@ -104,15 +106,13 @@ def adopt(opt):
         raise ValueError(f"zinf.torch.offload: optimizer {type(opt).__name__}: zinf steps "
                          "its state with its CPU Adam; expected torch.optim.Adam, "
                          "torch.optim.AdamW or zinf.optim.CPUAdam")
-    groups = []
     for g in opt.param_groups:
         for k in ("amsgrad", "maximize", "capturable", "differentiable"):
             if g.get(k):
                 raise ValueError(f"zinf.torch.offload: the optimizer's {k}=True is not "
                                  "implemented by zinf's Adam")
-        groups.append({"params": list(g["params"]), "lr": g["lr"], "betas": g["betas"],
-                       "eps": g["eps"], "weight_decay": g["weight_decay"],
-                       "bias_correction": g.get("bias_correction", True)})
+    # Its group dicts themselves: a scheduler attached to `opt` keeps driving the lr.
+    groups = opt.param_groups
     d = opt.defaults
     hp = dict(lr=d["lr"], betas=d["betas"], eps=d["eps"], weight_decay=d["weight_decay"],
               bias_correction=d.get("bias_correction", True), adamw_mode=adamw)

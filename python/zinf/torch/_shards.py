@@ -15,7 +15,9 @@ ShardStore owns the engine and the leases:
 - bwd_hold(shards) holds for backward once; bwd_release ends it. When a backward hold would
   exceed the declared leases, the oldest backward-held shards not among the two most recently
   unpacked are handed back first (they are leased again if unpacked again), so a sealed plan
-  never fails in the middle of a backward.
+  never fails in the middle of a backward. Pinned holds (bwd_hold(pin=True): a recomputation's,
+  whose saved tensors point straight into the copy) are never handed back early; when only
+  they hold the leases, the acquire fails naming the cause instead.
 - With device="cuda" a release waits behind a CUDA event recorded on the current stream.
 
 Thread-safety: one thread at a time (the model's thread, or autograd's device thread while the
@@ -26,6 +28,8 @@ import ctypes
 import torch
 from torch._C import DisableTorchFunction
 
+from zinf import _lib
+from zinf._lib import ZinfError
 from zinf.engine import Engine
 from zinf.torch import _guard
 
@@ -77,7 +81,8 @@ class Param:
 
 class Shard:
     __slots__ = ("name", "unit", "params", "numel", "trainable", "tid", "master", "m", "v",
-                 "g", "holds", "lease", "view", "bwd_held", "ptr", "fired", "stepped")
+                 "g", "holds", "lease", "view", "bwd_held", "ptr", "fired", "stepped",
+                 "data_read")
 
     def __init__(self, name, unit, params, trainable):
         self.name, self.unit, self.params, self.trainable = name, unit, params, trainable
@@ -89,6 +94,7 @@ class Shard:
         self.holds, self.lease, self.view, self.bwd_held, self.ptr = 0, None, None, False, None
         self.fired = 0  # trainable parameters whose gradient arrived in this backward
         self.stepped = False  # zinf.overlap_adam: stepped during this window's backward
+        self.data_read = False  # a param's .data was handed out during the lease
 
 
 class ShardStore:
@@ -119,6 +125,7 @@ class ShardStore:
         self.deferred = []
         self.by_ptr = {}
         self.bwd = []       # backward-held shards, oldest first
+        self.pinned = set()  # of those, a recomputation's: never handed back early
         self.recent = []    # the shards most recently unpacked
         self.final_queued = False
 
@@ -157,7 +164,7 @@ class ShardStore:
             e, got = self.engine, []
             try:
                 for s in need:
-                    got.append((s, e.acquire(s.tid, "device")))
+                    got.append((s, self._acquire(s)))
                     self.held += 1
                 for s, lease in got:
                     ptr = e.wait(lease)
@@ -167,15 +174,36 @@ class ShardStore:
                         for r in s.params:
                             r.p.data = r.region(s.view)
                             r.version = r.p._version
+                    s.data_read = False
                     self.by_ptr[ptr] = s
             except BaseException:
-                for s, lease in got:
-                    if s.lease is None:
-                        self.held -= 1
-                        e.release(lease, dirty=False)
+                for s, lease in got:  # none of these counts as held yet: hand them all back
+                    if s.lease is not None:
+                        self.by_ptr.pop(s.ptr, None)
+                        with DisableTorchFunction():
+                            for r in s.params:
+                                r.p.data = _guard.placeholder(r.shape, self.wdtype,
+                                                              self.torch_device)
+                        s.lease = s.view = s.ptr = None
+                    self.held -= 1
+                    e.release(lease, dirty=False)
                 raise
         for s in shards:
             s.holds += 1
+
+    def _acquire(self, s):
+        try:
+            return self.engine.acquire(s.tid, "device")
+        except ZinfError as err:
+            if err.status != _lib.ZINF_E_FAILED_PRECONDITION or not self.pinned:
+                raise
+            raise RuntimeError(
+                f"zinf: {len(self.pinned)} shard(s) ({', '.join(x.name for x in self.pinned)}) "
+                "are held for backward by a non-reentrant torch.utils.checkpoint recomputation "
+                "over several wrap units (its saved tensors point into them), and the plan's "
+                f"{self.leases} device leases are all in use: checkpoint one unit per region, "
+                "or pass use_reentrant=True (any region size works), or give offload() more "
+                "leases (and the device budget for them)") from err
 
     def unhold(self, s):
         s.holds -= 1
@@ -185,8 +213,8 @@ class ShardStore:
         changed = []
         with DisableTorchFunction():
             for r in s.params:
-                if r.p._version != r.version:
-                    changed.append(r.name)
+                if r.p._version != r.version or s.data_read:
+                    changed.append(r.name)  # .data hands out an alias: assume it was written
                 r.p.data = _guard.placeholder(r.shape, self.wdtype, self.torch_device)
         self.by_ptr.pop(s.ptr, None)
         s.view = s.ptr = None
@@ -222,7 +250,7 @@ class ShardStore:
 
     def make_room(self, need, keep=()):
         """Frees leases for `need` more: deferred CUDA releases first, then the oldest
-        backward holds not among `keep` or the most recently unpacked."""
+        backward holds not among `keep`, not pinned, not the most recently unpacked."""
         self.drain(need)
         # First the holds no recent unpack uses; then all but the very last one (the node
         # being unpacked now may use it).
@@ -230,24 +258,27 @@ class ShardStore:
             for s in list(self.bwd):
                 if self.held + need <= self.leases:
                     return
-                if s in keep or s in protected or s.holds != 1:
+                if s in keep or s in protected or s in self.pinned or s.holds != 1:
                     continue
                 self.bwd_release(s)
                 self.drain(need)
 
-    def bwd_hold(self, shards):
+    def bwd_hold(self, shards, pin=False):
         new = [s for s in shards if not s.bwd_held]
         if new:
             self.hold(new)
             for s in new:
                 s.bwd_held = True
                 self.bwd.append(s)
+        if pin:
+            self.pinned.update(shards)
         self.queue_final()
 
     def bwd_release(self, s):
         if s.bwd_held:
             s.bwd_held = False
             self.bwd.remove(s)
+            self.pinned.discard(s)
             self.unhold(s)
 
     def touched(self, s):
@@ -273,11 +304,21 @@ class ShardStore:
         self._new_backward()
 
     def _new_backward(self):
+        self.final_queued = False  # a failed backward never runs its callback
         self.recent = []
         for s in self.shards:
             s.fired = 0
             for r in s.params:
                 r.fired = False
+
+    def clear_stale(self):
+        """Before a forward of the wrapper: what a backward that failed left behind (its
+        unpinned holds, its callback flag, its gradient counts). A recomputation's pinned holds
+        stay: the backward they serve has not run yet."""
+        for s in list(self.bwd):
+            if s not in self.pinned:
+                self.bwd_release(s)
+        self._new_backward()
 
     def release_all(self):
         """Every lease back (before a step, after an error in forward)."""

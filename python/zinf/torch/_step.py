@@ -20,23 +20,34 @@ from zinf.torch._shards import view_of
 _P16 = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}
 
 
-def grad_norms(store, params):
-    """One fp32 norm per parameter's gradient (torch.norm(g, 2.0)), in the order given."""
+def each_grad(store, params, fn, dirty):
+    """fn(param, its gradient's view) for each of `params`, a shard's gradient leased in the
+    host tier at a time (released dirty when fn writes)."""
     e = store.engine
     by_shard = {}
     for r in params:
         by_shard.setdefault(r.shard, []).append(r)
-    norms = {}
     for s, rs in by_shard.items():
         lease = e.acquire(s.g, "host")
         try:
             with DisableTorchFunction():
                 flat = view_of(e.wait(lease), s.numel, torch.float32, "host")
                 for r in rs:
-                    norms[id(r)] = torch.norm(r.region(flat), 2.0)
+                    fn(r, r.region(flat))
         finally:
-            e.release(lease, dirty=False)
+            e.release(lease, dirty=dirty)
+
+
+def grad_norms(store, params):
+    """One fp32 norm per parameter's gradient (torch.norm(g, 2.0)), in the order given."""
+    norms = {}
+    each_grad(store, params, lambda r, g: norms.__setitem__(id(r), torch.norm(g, 2.0)), False)
     return [norms[id(r)] for r in params]
+
+
+def scale_grads(store, params, coef):
+    """Multiplies the gradients of `params` in the tiers by `coef` (a 0-dim tensor)."""
+    each_grad(store, params, lambda r, g: g.mul_(coef), True)
 
 
 def total_norm(store, params):
@@ -120,7 +131,6 @@ class Stepper:
             raise ValueError("zinf.torch.offload: zinf.overlap_adam with fp16: an overflow found "
                              "after some shards were stepped could not undo them; use bf16 or "
                              "turn overlap_adam off")
-        self.coef = None       # a pending clip coefficient (clip_grad_norm_)
         self.next_coef = None  # overlap_adam: the previous step's clip coefficient
         self.sumsq = 0.0       # overlap_adam: squared norms of the shards stepped in backward
         self.handles = {}
@@ -202,11 +212,11 @@ class Stepper:
         total = total_norm(self.store, recs)
         if self.precision == "fp16":
             total = total / self.scaler.scale
-        if self.coef is not None:
-            total = total * self.coef
         return total
 
     def clip_grad_norm_(self, max_norm, order):
+        """torch.nn.utils.clip_grad_norm_ over the gradients in the tiers: the total norm, and
+        the gradients scaled now (later micro-batches add unclipped, as in PyTorch)."""
         if self.overlap:
             raise RuntimeError("zinf: clip_grad_norm_ with zinf.overlap_adam: the shards were "
                                "stepped during backward; use the config's gradient_clipping "
@@ -214,15 +224,13 @@ class Stepper:
         self.store.release_all()
         total = self.grad_norm(order)
         c = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
-        self.coef = c if self.coef is None else self.coef * c
+        scale_grads(self.store, [r for r in order if r.grad_started], c)
         return total
 
     def unscale(self, out):
-        """A gathered gradient as the optimizer will see it (loss scale and pending clip)."""
+        """A gathered gradient without the fp16 loss scale."""
         if self.precision == "fp16":
             out /= self.scaler.scale
-        if self.coef is not None:
-            out.mul_(self.coef)
         return out
 
     def drop_all(self):
@@ -231,7 +239,6 @@ class Stepper:
                 for r in s.params:
                     r.grad_started = False
                 self.store.engine.discard(s.g)
-        self.coef = None
 
     # -- the step ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -241,7 +248,7 @@ class Stepper:
         store = self.store
         store.release_all()
         recs = [r for r in order if r.grad_started]
-        coef, self.coef = self.coef, None
+        coef = None
         skip = False
         if self.overlap:
             coef = self.next_coef
@@ -258,13 +265,10 @@ class Stepper:
                     clip = ((float(total) / used) + 1e-6) / self.clip
                     if clip > 1:
                         combined = clip * used
-                coef = 1.0 / combined if coef is None else coef / combined
+                coef = 1.0 / combined
         elif self.clip > 0 and recs:
             total = total_norm(store, recs)
-            if coef is not None:
-                total = total * coef
-            c = torch.clamp(self.clip / (total + 1e-6), max=1.0)
-            coef = c if coef is None else coef * c
+            coef = torch.clamp(self.clip / (total + 1e-6), max=1.0)
         if skip:
             self.drop_all()
             self.skipped += 1
@@ -292,7 +296,29 @@ class Stepper:
                   flush=True)
         return not skip
 
+    def state(self):
+        return {"global_steps": self.global_steps, "micro_steps": self.micro_steps,
+                "skipped": self.skipped, "scaler": self.scaler.state_dict(),
+                "next_coef": None if self.next_coef is None else float(self.next_coef),
+                "lr_scheduler": (self.lr_scheduler.state_dict()
+                                 if self.lr_scheduler is not None else None)}
+
+    def load_state(self, d):
+        self.global_steps, self.micro_steps = d["global_steps"], d["micro_steps"]
+        self.skipped = d["skipped"]
+        self.scaler.load_state_dict(d["scaler"])
+        self.next_coef = None if d["next_coef"] is None else torch.tensor(d["next_coef"])
+        if d["lr_scheduler"] is not None:
+            if self.lr_scheduler is None:
+                raise ValueError("zinf: the optimizer state has a config schedule's state and "
+                                 "this model's config has no scheduler block")
+            self.lr_scheduler.load_state_dict(d["lr_scheduler"])
+
     def step(self, lr):
+        if lr is not None and self.overlap:
+            raise ValueError("zinf: step(lr=...) with zinf.overlap_adam: most shards were "
+                             "stepped during backward with the groups' lr; set the lr (or a "
+                             "scheduler) before backward")
         self.micro_steps += 1
         if self.micro_steps % self.cfg.gradient_accumulation_steps:
             return False

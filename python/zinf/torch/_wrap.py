@@ -9,7 +9,7 @@ whole forward.
 Policies, as FSDP takes them (auto_wrap_policy=...):
 - None (the default): each child of the root that owns parameters, looking through
   nn.ModuleList / nn.ModuleDict (containers PyTorch never calls): a GPT's blocks, its
-  embeddings and its head.
+  embeddings and its head. An nn.ParameterList / ParameterDict's parameters stay the root's.
 - a set, list or tuple of module classes: every module of those classes, outermost first
   (FSDP's ModuleWrapPolicy / transformer_auto_wrap_policy).
 - a callable with FSDP1's signature policy(module, recurse, nonwrapped_numel) -> bool:
@@ -66,8 +66,9 @@ def _default_units(root):
         for child in m.children():
             if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
                 visit(child)
-            elif _owns_params(child):
-                units.append(child)
+            elif _owns_params(child) and not isinstance(child, (torch.nn.ParameterList,
+                                                                 torch.nn.ParameterDict)):
+                units.append(child)  # (a ParameterList's parameters stay the root's)
     visit(root)
     return units
 
