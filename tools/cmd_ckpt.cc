@@ -1,4 +1,4 @@
-// `zinf ckpt inspect|verify|export`: read a checkpoint `zinf train` wrote
+// `zinf ckpt inspect|verify|export`: read a checkpoint `zinf train` (or zinf.torch) wrote
 // (src/train/checkpoint_export.h). DIR is a checkpoint directory, or a checkpoint root (its
 // latest committed checkpoint). Exit 0 on success, 1 when the checkpoint is bad or cannot be
 // read (the error names the shard, file and offset), 2 on bad usage.
@@ -75,7 +75,8 @@ int Export(const CkptArgs& a) {
 }  // namespace
 
 void RegisterCkpt(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("ckpt", "Inspect, verify or export a checkpoint of zinf train");
+  auto* cmd = app.add_subcommand(
+      "ckpt", "Inspect, verify or export a checkpoint of zinf train or of zinf.torch");
   cmd->require_subcommand(1);
   auto a = std::make_shared<CkptArgs>();
   const char* dir_help =
@@ -90,7 +91,8 @@ void RegisterCkpt(CLI::App& app, int& exit_code) {
   verify->callback([a, &exit_code] { exit_code = Verify(*a); });
 
   auto* exp = cmd->add_subcommand(
-      "export", "Write the weights (and the Adam moments) as one safetensors file with nanoGPT's names");
+      "export", "Write the weights (and the Adam moments) as one safetensors file with nanoGPT's "
+                "names (a zinf.torch checkpoint: the module's own)");
   exp->add_option("dir", a->dir, dir_help)->required();
   exp->add_option("--out", a->out, "The safetensors file to write")->required();
   exp->add_option("--dtype", a->dtype, "Of the weights: fp32 or bf16 (moments stay fp32)")

@@ -124,6 +124,10 @@ ZINF_API const char* zinf_strerror(int status);
 /* The calling thread's message of its last failed call ("" when none failed). */
 ZINF_API const char* zinf_last_error(void);
 
+/* XXH64 with seed 0 of `bytes` bytes at `data` (NULL only with 0 bytes, else 0 is returned):
+   the hash zinf's checkpoints record for each shard. Any thread. */
+ZINF_API uint64_t zinf_xxh64(const void* data, uint64_t bytes);
+
 /* ---- pinned buffers ---------------------------------------------------------------------- */
 ZINF_API int zinf_pinned_alloc(uint64_t bytes, void** out);
 ZINF_API int zinf_pinned_free(void* ptr);

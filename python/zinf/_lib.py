@@ -47,6 +47,8 @@ lib.zinf_version_number.restype = _c.c_int
 lib.zinf_strerror.argtypes = [_c.c_int]
 lib.zinf_strerror.restype = _c.c_char_p
 lib.zinf_last_error.restype = _c.c_char_p
+lib.zinf_xxh64.argtypes = [_c.c_void_p, _c.c_uint64]
+lib.zinf_xxh64.restype = _c.c_uint64
 lib.zinf_pinned_alloc.argtypes = [_c.c_uint64, _c.POINTER(_c.c_void_p)]
 lib.zinf_pinned_free.argtypes = [_c.c_void_p]
 

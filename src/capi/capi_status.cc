@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "src/base/hash.h"
 #include "src/base/log.h"
 
 #include "zinf/zinf.h"
@@ -51,6 +52,10 @@ Status CheckSized(const void* p, uint64_t size, uint64_t minimum, const char* wh
 extern "C" {
 
 ZINF_API const char* zinf_version(void) { return ZINF_VERSION; }
+
+ZINF_API uint64_t zinf_xxh64(const void* data, uint64_t bytes) {
+  return bytes == 0 || data != nullptr ? zinf::Xxh64(data, bytes) : 0;
+}
 
 ZINF_API int zinf_version_number(void) { return ZINF_VERSION_NUMBER; }
 

@@ -1,8 +1,5 @@
 #include "src/train/checkpoint_export.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -14,6 +11,7 @@
 #include "kernels/cpu/cast.h"
 #include "src/base/atomic_file.h"
 #include "src/base/units.h"
+#include "src/train/open_files.h"
 #include "src/train/checkpoint.h"
 #include "src/train/gpt.h"
 #include "src/train/weights_io.h"
@@ -30,28 +28,11 @@ Result<GptDims> DimsOf(const ckpt::Manifest& m) {
   return GptDims::FromConfig(c.zinf.model);
 }
 
-// Open files, one descriptor per path, closed with the set.
-class Files {
- public:
-  ~Files() {
-    for (auto& [path, fd] : fds_) ::close(fd);
-  }
-  Result<int> Get(const std::string& path) {
-    auto it = fds_.find(path);
-    if (it != fds_.end()) return it->second;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return Status::FromErrno(errno, "open " + path);
-    fds_[path] = fd;
-    return fd;
-  }
-
- private:
-  std::map<std::string, int> fds_;
-};
 
 }  // namespace
 
 Result<std::string> Describe(const ckpt::Manifest& m) {
+  if (IsTorchCheckpoint(m)) return DescribeTorch(m);
   ZINF_ASSIGN_OR_RETURN(GptDims d, DimsOf(m));
   std::string out;
   auto line = [&](std::string s) { out += s + "\n"; };
@@ -126,6 +107,7 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
   if (o.dtype != Dtype::kF32 && o.dtype != Dtype::kBF16) {
     return InvalidArgument(fmt::format("export: dtype {}; expected F32 or BF16", DtypeName(o.dtype)));
   }
+  if (IsTorchCheckpoint(m)) return ExportTorch(m, o);
   ZINF_ASSIGN_OR_RETURN(GptDims d, DimsOf(m));
   // The manifests holding the state: the checkpoint's own, or across ranks its parts (all of
   // them for "unit-chunks"; rank 0's for "replicated", every rank holding the same).
@@ -145,7 +127,7 @@ Result<ExportStats> Export(const ckpt::Manifest& m, const ExportOptions& o) {
     stats.verify_seconds = Since(t0);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto files = std::make_shared<Files>();
+  auto files = std::make_shared<OpenFiles>();
   auto staging = std::make_shared<std::vector<float>>();
   std::vector<TensorToWrite> tensors;
   for (uint32_t u = 0; u < d.units(); ++u) {

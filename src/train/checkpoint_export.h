@@ -18,6 +18,13 @@
 //   The file is written crash-consistently through one buffer of kSafetensorsFillBytes (8 MiB)
 //   plus its fp32 staging (16 MiB for BF16): peak memory does not grow with the model.
 //
+// - A checkpoint of a PyTorch module (zinf.torch's save_checkpoint; manifest model kind
+//   "torch", python/zinf/torch/_checkpoint.py) is described and exported by the *Torch
+//   functions, which Describe and Export call for it: every parameter under the module's own
+//   name (state_dict's keys; a tied weight under its first), from the fp32 master (trainable)
+//   or the stored working copy (frozen), as F32 or BF16; the moments as "<name>.exp_avg" and
+//   "<name>.exp_avg_sq" (F32) for trainable ones (checkpoint_export_torch.cc).
+//
 // Thread-safety: plain functions; they only read the checkpoint (Export writes `out`).
 #pragma once
 
@@ -31,6 +38,8 @@
 namespace zinf::train {
 
 Result<std::string> Describe(const ckpt::Manifest& manifest);
+
+bool IsTorchCheckpoint(const ckpt::Manifest& manifest);
 
 struct ExportOptions {
   std::string out;
@@ -46,5 +55,8 @@ struct ExportStats {
 };
 
 Result<ExportStats> Export(const ckpt::Manifest& manifest, const ExportOptions& options);
+
+Result<std::string> DescribeTorch(const ckpt::Manifest& manifest);
+Result<ExportStats> ExportTorch(const ckpt::Manifest& manifest, const ExportOptions& options);
 
 }  // namespace zinf::train

@@ -31,6 +31,13 @@ TEST(CapiTest, VersionAndStatusNames) {
   EXPECT_STREQ(zinf_strerror(7), "unknown status");
 }
 
+// XXH64 (seed 0) as xxHash's own test vectors give it: what checkpoints record.
+TEST(CapiTest, Xxh64IsXxHashsSeedZero) {
+  EXPECT_EQ(zinf_xxh64("", 0), 0xef46db3751d8e999ull);
+  EXPECT_EQ(zinf_xxh64(nullptr, 0), 0xef46db3751d8e999ull);
+  EXPECT_EQ(zinf_xxh64("abc", 3), 0x44bc2cf5ad770999ull);
+}
+
 TEST(CapiTest, PinnedBuffersAreAlignedAndTracked) {
   void* p = nullptr;
   ASSERT_EQ(zinf_pinned_alloc(10000, &p), ZINF_OK) << Last();

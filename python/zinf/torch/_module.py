@@ -36,7 +36,7 @@ import torch
 from torch._C import DisableTorchFunction
 
 from zinf import _lib
-from zinf.torch import _config, _guard, _setup, _step, _wrap
+from zinf.torch import _checkpoint, _config, _guard, _setup, _step, _wrap
 from zinf.torch._optim import DeepSpeedLR, OffloadOptimizer
 from zinf.torch._shards import ShardStore, storage_ptr, view_of
 
@@ -524,6 +524,17 @@ class OffloadedModule(torch.nn.Module):
         finally:
             self._loading = False
             self._cache = {}
+
+    def save_checkpoint(self, root, client_state=None, keep=None):
+        """A crash-consistent checkpoint in zinf's format under `root` (step-<n>/): the
+        weights, the Adam state, the step state and `client_state` (JSON data); `keep`: the
+        latest checkpoints kept (older ones deleted). Returns its directory. _checkpoint.py."""
+        return _checkpoint.save(self, root, client_state, keep)
+
+    def load_checkpoint(self, path):
+        """Loads a checkpoint directory, or the latest under a root, written for this module
+        and wrap; returns its client_state."""
+        return _checkpoint.load(self, path)
 
     def read_state(self, rec, which):
         self._store.release_all()
