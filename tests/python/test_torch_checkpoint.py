@@ -108,6 +108,76 @@ class CheckpointTest(TorchCase if torch is not None else unittest.TestCase):
         for m in (a, b, other):
             m.close()
 
+    def test_buffers_groups_and_refusals(self):
+        # BatchNorm's running statistics come back too; groups are checked by membership.
+        def net_of():
+            torch.manual_seed(0)
+            return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16),
+                                       torch.nn.Linear(16, 4))
+
+        def groups(net):
+            return [{"params": [p for p in net.parameters() if p.dim() > 1],
+                     "weight_decay": 0.1},
+                    {"params": [p for p in net.parameters() if p.dim() <= 1],
+                     "weight_decay": 0.0, "lr": 5e-3}]
+        root = os.path.join(self.dir.name, "bn")
+        g = torch.Generator().manual_seed(3)
+        data = [torch.randn(6, 8, generator=g) for _ in range(6)]
+
+        def run(model, xs):
+            out = []
+            for x in xs:
+                loss = model(x).square().mean()
+                loss.backward()
+                model.step()
+                out.append(loss.item())
+            return out
+        a_net = net_of()
+        a = zt.offload(a_net, config(self.swap(), "1M"), param_groups=groups(a_net), lr=1e-2)
+        run(a, data[:3])
+        with self.assertRaisesRegex(RuntimeError, "accumulation window"):
+            a(data[0]).sum().backward()
+            a.save_checkpoint(root)
+        a.zero_grad()
+        a.save_checkpoint(root)
+        b_net = net_of()
+        b = zt.offload(b_net, config(self.swap(), "1M"), param_groups=groups(b_net), lr=1e-2)
+        b.load_checkpoint(root)
+        self.assertTrue(torch.equal(b_net[1].running_mean, a_net[1].running_mean))
+        self.assertEqual(int(b_net[1].num_batches_tracked), 4)  # 3 steps and the refused one
+        self.assertEqual(run(a, data[3:]), run(b, data[3:]))
+        one = zt.offload(net_of(), config(self.swap(), "1M"), lr=1e-2)  # one group
+        with self.assertRaisesRegex(ValueError, "groups"):
+            one.load_checkpoint(root)
+        # A failed load changes nothing: the last shard corrupt, the first still as it was.
+        before = b.state_dict()
+        last = sorted(os.listdir(root))[-1]
+        with open(os.path.join(root, last, "state.bin"), "r+b") as f:
+            f.seek(-4, os.SEEK_END)
+            f.write(b"\x01\x02\x03\x04")
+        with self.assertRaisesRegex(ValueError, "xxHash64"):
+            b.load_checkpoint(root)
+        for k, v in b.state_dict().items():
+            self.assertTrue(torch.equal(v, before[k]), k)
+        # Saving: keep >= 1, JSON without NaN, no newer checkpoints in the root.
+        with self.assertRaisesRegex(ValueError, "keep=0"):
+            b.save_checkpoint(os.path.join(self.dir.name, "k"), keep=0)
+        with self.assertRaisesRegex(ValueError, "NaN"):
+            b.save_checkpoint(os.path.join(self.dir.name, "n"),
+                              client_state={"best": float("inf")})
+        self.assertFalse(os.path.exists(os.path.join(self.dir.name, "n")))  # nothing written
+        with self.assertRaisesRegex(FileExistsError, "newer"):
+            one.save_checkpoint(root)  # step 0 into a root holding step 3
+        # A crashed save's directory (no manifest) is removed by the next save.
+        run(b, data[:3])
+        crashed = os.path.join(root, "step-0000000005")
+        os.makedirs(crashed)
+        open(os.path.join(crashed, "state.bin"), "wb").close()
+        b.save_checkpoint(root, keep=1)
+        self.assertEqual(sorted(os.listdir(root)), [f"step-{b.global_steps:010d}"])
+        for m in (a, b, one):
+            m.close()
+
     @unittest.skipUnless(os.path.exists(ZINF), "the zinf command is not built")
     def test_zinf_ckpt_reads_it(self):
         net = GPT(layers=2, tied=True)

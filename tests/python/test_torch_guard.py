@@ -274,6 +274,19 @@ class GuardTest(TorchCase if torch is not None else unittest.TestCase):
                         model(torch.ones(1, 8).bfloat16())
             model.close()
 
+    def test_a_unit_raising_outside_the_wrapper_leaves_nothing_behind(self):
+        net = GPT(layers=2)
+        model = zt.offload(net, config(self.dir.name, "4M"))
+        with self.assertRaises(RuntimeError):
+            net.blocks[0](torch.zeros(1, 4, 7))  # called directly, grad enabled, wrong width
+        loss = loss_of(model, next(batches(1, 1))[0])  # the wrapper's next forward
+        self.assertEqual(model.stats()["leases_held"], 0)  # its lease and hooks are gone
+        with self.assertRaisesRegex(zt.ZinfParameterError, "outside a lease"):
+            net.blocks[0].qkv.weight.sum()
+        loss.backward()
+        model.step()
+        model.close()
+
     def test_zero_grad_through_the_module(self):
         net = GPT(layers=1)
         model = zt.offload(net, config(self.dir.name, "4M"))

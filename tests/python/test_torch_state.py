@@ -81,6 +81,14 @@ class StateTest(TorchCase if torch is not None else unittest.TestCase):
         b.load_state_dict(model_sd)
         b.optimizer.load_state_dict(opt_sd)
         self.assertEqual(train(a, 4, seed=9), train(b, 4, seed=9))
+        # torch's rules: a parameter without state there starts fresh; amsgrad is refused.
+        sd = b.optimizer.state_dict()
+        del sd["state"][0]
+        b.optimizer.load_state_dict(sd)
+        self.assertEqual(b.state_tensor("wte.weight", "exp_avg").abs().max().item(), 0.0)
+        sd["param_groups"][0]["amsgrad"] = True
+        with self.assertRaisesRegex(ValueError, "amsgrad"):
+            b.optimizer.load_state_dict(sd)
         for k, v in a.state_dict().items():
             self.assertTrue(torch.equal(v, b.state_dict()[k]), k)
         a.close()

@@ -326,8 +326,22 @@ class OffloadedModule(torch.nn.Module):
         with DisableTorchFunction():
             return s.view.as_strided(shape, stride, offset)
 
+    def _unwind_units(self):
+        """What unit forwards that raised outside the wrapper left behind: their saved-tensor
+        hooks (popped) and their forward holds (released); a recomputation's pinned holds are
+        backward's and stay."""
+        while self._unit_ctx:
+            self._unit_ctx.pop().__exit__(None, None, None)
+        for unit, modes in enumerate(self._unit_modes):
+            for mode in modes:
+                if mode != "pinned":
+                    for s in self._unit_shards[unit]:
+                        self._store.unhold(s)
+        self._unit_modes = [[] for _ in self._unit_names]
+
     def forward(self, *args, **kwargs):
         if self._fwd_depth == 0:
+            self._unwind_units()
             self._store.clear_stale()
         self._fwd_depth += 1
         ok = False
@@ -414,6 +428,7 @@ class OffloadedModule(torch.nn.Module):
 
     def zero_grad(self, set_to_none=True):
         """Drops the gradients accumulated since the last step."""
+        self._unwind_units()
         self._store.release_all()  # after a backward that failed, its leases too
         self._stepper.drop_all()
         for rec in self._order:
@@ -457,6 +472,7 @@ class OffloadedModule(torch.nn.Module):
     def optimizer_step(self):
         """One optimizer step over every parameter with a gradient (model.optimizer.step()).
         Returns False when fp16 overflow skipped it."""
+        self._unwind_units()
         applied = self._stepper.optimizer_step(self._order)
         for rec in self._order:
             with DisableTorchFunction():

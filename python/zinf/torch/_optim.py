@@ -151,14 +151,25 @@ class OffloadOptimizer(torch.optim.Optimizer):
                 len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
             raise ValueError("zinf: optimizer state_dict: its param groups do not match the "
                              "offloaded optimizer's (count or sizes)")
+        for saved in groups:
+            for k in ("amsgrad", "maximize", "capturable", "differentiable"):
+                if saved.get(k):
+                    raise ValueError(f"zinf: optimizer state_dict: a group has {k}=True, which "
+                                     "zinf's Adam does not implement")
         for saved, g in zip(groups, self.param_groups):
             for k, v in saved.items():
                 if k != "params":
                     g[k] = v
             for i, p in zip(saved["params"], g["params"]):
                 rec = p.__dict__["_zinf"]
+                if not rec.trainable:
+                    continue
                 s = state_dict["state"].get(i, state_dict["state"].get(str(i)))
-                if s is None:
+                if s is None:  # no state there: a parameter not stepped yet, as in torch
+                    zeros = torch.zeros(rec.shape)
+                    self._owner.write_state(rec, "exp_avg", zeros)
+                    self._owner.write_state(rec, "exp_avg_sq", zeros)
+                    rec.step = 0
                     continue
                 self._owner.write_state(rec, "exp_avg", s["exp_avg"])
                 self._owner.write_state(rec, "exp_avg_sq", s["exp_avg_sq"])
