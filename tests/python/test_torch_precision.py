@@ -5,8 +5,8 @@
   the config's gradient clipping and accumulation 2 (model.backward / model.step), against plain
   PyTorch doing the same by hand (bf16 model, fp32 masters and gradient sums, AdamW,
   clip_grad_norm_): the same losses within bf16 noise.
-- fp16 (the config's fp16 block, dynamic loss scaling): the steps skipped for overflow are the
-  same as a plain loop's with the same loss scaler. Debian's torch has no fp16 CPU kernels, so
+- fp16 (the config's fp16 block, dynamic loss scaling, clipping): the steps skipped for
+  overflow are the same as a plain loop's with the same loss scaler. Debian's torch has no fp16 CPU kernels, so
   the model stores fp16 and computes in fp32 (the gradients still overflow in fp16).
 - Frozen parameters (an adapter fine-tune of a frozen base): no gradient, moments or master for
   them, optimizer-state bytes 12 x the trainable parameters, the base unchanged, the losses
@@ -144,7 +144,8 @@ class PrecisionTest(TorchCase if torch is not None else unittest.TestCase):
         ref = ref.half()
         opt = torch.optim.AdamW(masters, lr=1e-2, weight_decay=0.0)
         scaler = LossScaler(True, initial_scale_power=24, loss_scale_window=4, hysteresis=1)
-        model = zt.offload(net, config(self.swap(), "1M", fp16=fp16), lr=1e-2)
+        model = zt.offload(net, config(self.swap(), "1M", fp16=fp16, gradient_clipping=0.5),
+                           lr=1e-2)
         skipped_ref, skipped = [], []
         for step, batch in enumerate(batches(16, 1)):
             used = scaler.scale
@@ -159,6 +160,7 @@ class PrecisionTest(TorchCase if torch is not None else unittest.TestCase):
             else:
                 for m, g in zip(masters, grads):
                     m.grad = g / used
+                torch.nn.utils.clip_grad_norm_(masters, 0.5)  # DeepSpeed: of the unscaled norm
                 opt.step()
                 opt.zero_grad()
                 with torch.no_grad():
