@@ -6,7 +6,6 @@ here shows a block taking effect against plain PyTorch doing what DeepSpeed woul
 refused naming itself; and docs/torch.md's table is the code's (zinf.torch._config.KEYS)."""
 import copy
 import json
-import math
 import os
 import tempfile
 import unittest

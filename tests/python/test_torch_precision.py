@@ -13,9 +13,7 @@
   those of plain PyTorch.
 - Wrap policies: FSDP's module-class and size-based policies pick the units FSDP would."""
 import copy
-import math
 import os
-import tempfile
 import unittest
 
 # ZINF_TEST_DEVICE=cuda (bench/gpu_check.sh) runs the bf16 case on the GPU; the others are CPU's.

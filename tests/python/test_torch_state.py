@@ -5,8 +5,6 @@ tiers; the optimizer's state_dict carries the moments, so a fresh offloaded mode
 continues bit for bit; torch's LR schedulers drive model.optimizer."""
 import copy
 import io
-import os
-import tempfile
 import unittest
 
 try:

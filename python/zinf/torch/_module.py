@@ -24,6 +24,8 @@ How it works (the contract; zinf/torch/__init__.py has the user's view):
   there until the optimizer step (_step.py).
 - In-place changes to a held fp32 parameter are written home (dirty release); with 16-bit
   weights they are refused (the fp32 master would not see them).
+- The optimizer side is _step.Stepper's; state in and out (state_dict, checkpoints) is
+  _state.StateMixin's; construction helpers are _setup's.
 
 Thread-safety: one thread drives a model (PyTorch's own rule for a module). With device="cuda",
 autograd's device thread runs the backward hooks while the caller waits in backward.
@@ -36,9 +38,10 @@ import torch
 from torch._C import DisableTorchFunction
 
 from zinf import _lib
-from zinf.torch import _checkpoint, _config, _guard, _setup, _step, _wrap
+from zinf.torch import _config, _guard, _setup, _step, _wrap
 from zinf.torch._optim import DeepSpeedLR, OffloadOptimizer
 from zinf.torch._shards import ShardStore, storage_ptr, view_of
+from zinf.torch._state import StateMixin
 
 _PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -61,7 +64,47 @@ def _in_checkpoint_unpack():
     return False
 
 
-class OffloadedModule(torch.nn.Module):
+def _check_device(module, device):
+    """The device zinf's device tier is on ("host" or "cuda") and torch's name for it, checked
+    against where the module's parameters are."""
+    on = {p.device.type for p in module.parameters()}
+    if device == "auto":
+        device = "cuda" if on == {"cuda"} else "host"
+    if device not in ("host", "cuda"):
+        raise ValueError(f"zinf.torch.offload: device {device!r}; expected 'auto', 'host' "
+                         "or 'cuda'")
+    want = "cuda" if device == "cuda" else "cpu"
+    if on - {want}:
+        raise ValueError(f"zinf.torch.offload: the module's parameters are on "
+                         f"{sorted(on)}; device={device!r} needs them on {want} (move the "
+                         f"module with .to('{want}') first)")
+    if any(isinstance(p, _guard.ZinfParameter) for p in module.parameters()):
+        raise ValueError("zinf.torch.offload: the module is already offloaded")
+    if device == "cuda":
+        where = {p.device for p in module.parameters()}
+        here = torch.device("cuda", torch.cuda.current_device())
+        if where - {here}:
+            raise ValueError(f"zinf.torch.offload: the module's parameters are on "
+                             f"{sorted(map(str, where))}; zinf's device tier is on the current "
+                             f"device {here} (torch.cuda.set_device first)")
+    return device
+
+
+def _homes(cfg, param_home, state_home, grad_home):
+    homes = {}
+    for what, given, cfg_home in (("param_home", param_home, cfg.param_home),
+                                  ("state_home", state_home, cfg.state_home)):
+        if given is not None and cfg_home is not None and given != cfg_home:
+            raise ValueError(f"zinf.torch.offload: {what}={given!r} but the config's "
+                             f"offload device says {cfg_home!r}; give one")
+        homes[what] = given or cfg_home or "nvme"
+    for what, h in list(homes.items()) + [("grad_home", grad_home)]:
+        if h not in ("nvme", "host"):
+            raise ValueError(f"zinf.torch.offload: {what} {h!r}; expected 'nvme' or 'host'")
+    return homes
+
+
+class OffloadedModule(StateMixin, torch.nn.Module):
     """The wrapped module: call it as the original. See zinf.torch.offload for the arguments."""
 
     def __init__(self, module, config=None, *, auto_wrap_policy=None, param_groups=None,
@@ -72,41 +115,13 @@ class OffloadedModule(torch.nn.Module):
         doc = _config.load(config)
         source = config if isinstance(config, str) else "config"
         self.module = module
-        on = {p.device.type for p in module.parameters()}
-        if device == "auto":
-            device = "cuda" if on == {"cuda"} else "host"
-        if device not in ("host", "cuda"):
-            raise ValueError(f"zinf.torch.offload: device {device!r}; expected 'auto', 'host' "
-                             "or 'cuda'")
-        want = "cuda" if device == "cuda" else "cpu"
-        if on - {want}:
-            raise ValueError(f"zinf.torch.offload: the module's parameters are on "
-                             f"{sorted(on)}; device={device!r} needs them on {want} (move the "
-                             f"module with .to('{want}') first)")
-        if any(isinstance(p, _guard.ZinfParameter) for p in module.parameters()):
-            raise ValueError("zinf.torch.offload: the module is already offloaded")
-        if device == "cuda":
-            where = {p.device for p in module.parameters()}
-            here = torch.device("cuda", torch.cuda.current_device())
-            if where - {here}:
-                raise ValueError(f"zinf.torch.offload: the module's parameters are on "
-                                 f"{sorted(map(str, where))}; zinf's device tier is on the current "
-                                 f"device {here} (torch.cuda.set_device first)")
+        device = _check_device(module, device)
         self._device = device
         cfg = _config.TorchConfig(doc, source)
         self._cfg = cfg
         self._precision = _setup.pick_precision(module, cfg)
         self._wdtype = _PRECISIONS[self._precision]
-        homes = {}
-        for what, given, cfg_home in (("param_home", param_home, cfg.param_home),
-                                      ("state_home", state_home, cfg.state_home)):
-            if given is not None and cfg_home is not None and given != cfg_home:
-                raise ValueError(f"zinf.torch.offload: {what}={given!r} but the config's "
-                                 f"offload device says {cfg_home!r}; give one")
-            homes[what] = given or cfg_home or "nvme"
-        for what, h in list(homes.items()) + [("grad_home", grad_home)]:
-            if h not in ("nvme", "host"):
-                raise ValueError(f"zinf.torch.offload: {what} {h!r}; expected 'nvme' or 'host'")
+        homes = _homes(cfg, param_home, state_home, grad_home)
         if adam_threads is not None and cfg.adam_threads is not None:
             raise ValueError("zinf.torch.offload: adam_threads given and zinf.adam_threads in the "
                              "config; give one")
@@ -162,6 +177,16 @@ class OffloadedModule(torch.nn.Module):
                     self._store.write_state(s, "exp_avg_sq", zeros)
 
         # From here on the module is changed.
+        self._install(module, units, cfg, device)
+        if schedule is not None:
+            start = (cfg.scheduler.get("params") or {}).get("last_batch_iteration", -1)
+            self._stepper.lr_scheduler = DeepSpeedLR(self.optimizer, schedule, start)
+        if taken_state is not None:
+            self.optimizer.load_state_dict(taken_state)
+
+    def _install(self, module, units, cfg, device):
+        """Turns the module's parameters into placeholders with their hooks, and its units'
+        forwards into leases (what offload() does once everything was checked)."""
         # Buffers follow the working dtype, as DeepSpeed's module.half()/bfloat16() does.
         if self._wdtype != torch.float32:
             for b in module.buffers():
@@ -191,11 +216,6 @@ class OffloadedModule(torch.nn.Module):
         for i, (name, m) in enumerate(units):
             self._handles.append(m.register_forward_pre_hook(self._pre_forward(i)))
             self._handles.append(m.register_forward_hook(self._post_forward(i)))
-        if schedule is not None:
-            start = (cfg.scheduler.get("params") or {}).get("last_batch_iteration", -1)
-            self._stepper.lr_scheduler = DeepSpeedLR(self.optimizer, schedule, start)
-        if taken_state is not None:
-            self.optimizer.load_state_dict(taken_state)
         # The caller's own reference to the module reads and writes the tiers too.
         object.__setattr__(module, "state_dict", self.state_dict)
         object.__setattr__(module, "load_state_dict", self.load_state_dict)
@@ -243,21 +263,6 @@ class OffloadedModule(torch.nn.Module):
         if rec.shard.holds > 0:
             return NotImplemented
         _guard.refuse(rec, func, "outside a lease")
-
-    def _value(self, rec):
-        """rec's value read from the tiers (a CPU tensor of its original dtype); each shard is
-        read once per state_dict call."""
-        flat = self._cache.get(id(rec.shard))
-        if flat is None:
-            flat = self._cache[id(rec.shard)] = self._store.read_flat(rec.shard)
-        with DisableTorchFunction():
-            return rec.region(flat).to(rec.orig_dtype).clone()
-
-    def _staged(self, shard):
-        flat = self._cache.get(id(shard))
-        if flat is None:
-            flat = self._cache[id(shard)] = self._store.read_flat(shard).float()
-        return flat
 
     # -- forward ----------------------------------------------------------------------------
     def _mark_inputs(self, unit, inputs):
@@ -507,77 +512,6 @@ class OffloadedModule(torch.nn.Module):
     @property
     def lr_scheduler(self):
         return self._stepper.lr_scheduler
-
-    # -- state ------------------------------------------------------------------------------
-    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
-        """The module's state dict (the keys of the module given to offload(), not this
-        wrapper's), every parameter a CPU tensor of its value read from the tiers."""
-        if args:
-            raise TypeError("zinf: state_dict takes keyword arguments only")
-        if keep_vars:
-            raise ValueError("zinf: state_dict(keep_vars=True) would hand out placeholders; the "
-                             "values are read from the tiers")
-        self._store.release_all()
-        self._gathering = True
-        try:
-            return type(self.module).state_dict(self.module, destination=destination,
-                                                 prefix=prefix, keep_vars=False)
-        finally:
-            self._gathering = False
-            self._cache = {}
-
-    def load_state_dict(self, state_dict, strict=True):
-        """Writes a state dict (the module's keys) into the tiers."""
-        self._store.release_all()
-        self._loading = True
-        try:
-            result = type(self.module).load_state_dict(self.module, state_dict, strict=strict)
-            for s in self._store.shards:
-                flat = self._cache.get(id(s))
-                if flat is not None:
-                    self._store.write_value(s, flat)
-            return result
-        finally:
-            self._loading = False
-            self._cache = {}
-
-    def save_checkpoint(self, root, client_state=None, keep=None):
-        """A crash-consistent checkpoint in zinf's format under `root` (step-<n>/): the
-        weights, the Adam state, the step state and `client_state` (JSON data); `keep`: the
-        latest checkpoints kept (older ones deleted). Returns its directory. _checkpoint.py."""
-        return _checkpoint.save(self, root, client_state, keep)
-
-    def load_checkpoint(self, path):
-        """Loads a checkpoint directory, or the latest under a root, written for this module
-        and wrap; returns its client_state."""
-        return _checkpoint.load(self, path)
-
-    def read_state(self, rec, which):
-        self._store.release_all()
-        return rec.region(self._store.read_flat(rec.shard, which)).clone()
-
-    def write_state(self, rec, which, value):
-        with DisableTorchFunction():
-            v = value.detach().to("cpu", torch.float32)
-        if tuple(v.shape) != rec.shape:
-            raise ValueError(f"zinf: {which} of {rec.name}: shape {tuple(v.shape)}; expected "
-                             f"{rec.shape}")
-        flat = self._store.read_flat(rec.shard, which)
-        rec.region(flat).copy_(v)
-        self._store.write_state(rec.shard, which, flat)
-
-    def state_bytes(self):
-        """Bytes registered in the tiers per role: param (the working copies), master,
-        exp_avg, exp_avg_sq, grad."""
-        el = torch.empty(0, dtype=self._wdtype).element_size()
-        out = {"param": 0, "master": 0, "exp_avg": 0, "exp_avg_sq": 0, "grad": 0}
-        for s in self._store.shards:
-            out["param"] += s.numel * el
-            if s.trainable:
-                out["master"] += s.numel * 4 if s.master is not None else 0
-                for k in ("exp_avg", "exp_avg_sq", "grad"):
-                    out[k] += s.numel * 4
-        return out
 
     def stats(self):
         return self._store.engine.stats()

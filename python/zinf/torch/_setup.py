@@ -4,7 +4,6 @@ and the shards of each wrap unit (zinf.torch._module uses these once, at offload
 Thread-safety: pure functions over the caller's module.
 """
 import torch
-from torch._C import DisableTorchFunction
 
 from zinf.torch._shards import Param, Shard
 
