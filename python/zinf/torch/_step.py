@@ -202,11 +202,8 @@ class Stepper:
             self.handles[key] = h
         return h
 
-    def with_grads(self):
-        return [r for s in self.store.shards for r in s.params if r.grad_started]
-
-    def grad_norm(self, recs=None):
-        recs = self.with_grads() if recs is None else recs
+    def grad_norm(self, recs):
+        """The global 2-norm of `recs`' gradients, without the fp16 loss scale."""
         if not recs:
             return torch.tensor(0.0)
         total = total_norm(self.store, recs)
