@@ -204,6 +204,19 @@ void TakeDeepSpeedDefaults(const std::string& file, Config& c, ConfigSources& so
     c.train.gradient_clipping = 0.0;
     sources.Set("gradient_clipping", file + " (absent: DeepSpeed's 0, no clipping)");
   }
+  // DeepSpeed trains in fp32 without either block; zinf always computes with a 16-bit working
+  // copy (fp32 master weights and moments). Not silent: said here and in --print-config.
+  if (!given("bf16.enabled") && !given("fp16.enabled") && c.precision() == Precision::kBf16) {
+    const std::string why =
+        " (neither bf16 nor fp16 enabled: DeepSpeed would train in fp32, which zinf does not; "
+        "a bf16 working copy with fp32 master weights)";
+    sources.Set("bf16.enabled", file + why);
+    Log().warn("{}: neither bf16 nor fp16 is enabled, which in DeepSpeed means fp32 training; "
+               "zinf computes with a bf16 working copy of the weights and keeps fp32 master "
+               "weights and moments. Add \"bf16\": {{\"enabled\": true}} to say so and "
+               "silence this",
+               file);
+  }
 }
 
 }  // namespace

@@ -88,8 +88,7 @@ struct OffloadOptimizerConfig {
 struct ZeroConfig {
   // zinf: absent means 3. One rank works like stage 3 whatever the stage. Across ranks
   // (zinf launch) 0 replicates the state and all-reduces the gradients, 1 partitions the
-  // optimizer state and 2 the gradients too (src/train/ranks.h); 3 is refused across ranks for
-  // now; anything else is refused.
+  // optimizer state, 2 the gradients too and 3 the 16-bit weights too (src/train/ranks.h).
   int stage = 3;
   OffloadParamConfig offload_param;
   OffloadOptimizerConfig offload_optimizer;

@@ -71,8 +71,7 @@ void ReadZero(Reader r, ZeroConfig* c, ReadReport* report) {
   uint64_t stage = static_cast<uint64_t>(c->stage);
   r.Uint("stage", &stage, 0, 3, kAuto);
   c->stage = static_cast<int>(stage);
-  // One rank works like stage 3 whatever the stage; across ranks stages 0, 1 and 2 are
-  // implemented and 3 is refused for now (src/train/ranks.h).
+  // One rank works like stage 3 whatever the stage; across ranks, see src/train/ranks.h.
   ReadOffloadParam(r.Object("offload_param", kNull), &c->offload_param);
   ReadOffloadOptimizer(r.Object("offload_optimizer", kNull), &c->offload_optimizer);
   r.Uint(r.Alias("stage3_prefetch_bucket_size", "prefetch_bucket_size"),
@@ -90,7 +89,7 @@ void ReadZero(Reader r, ZeroConfig* c, ReadReport* report) {
     r.Unimplemented(k, {1'000'000'000});
   }
   r.Unimplemented("sub_group_size", {1'000'000'000});
-  // Collectives, bucketing and partitioning across ranks (zinf runs one rank), checkpoint and
+  // Collectives, bucketing and partitioning across ranks (zinf has its own), checkpoint and
   // module-hook options of DeepSpeed's PyTorch engine.
   r.UnimplementedKeys({"contiguous_gradients",
                        "overlap_comm",
@@ -449,6 +448,25 @@ void ReadConfig(const json& doc, Config* config, ReadReport* report) {
   Reader top(report, &doc, "", &known_paths, &unknown);
   ReadTop(top, config, report);
   for (const auto& u : unknown) report->errors.push_back(ResolveUnknown(u, known_paths));
+}
+
+std::vector<KeyInfo> DescribeConfig(const Config& base) {
+  Config config = base;
+  std::vector<KeyInfo> catalog;
+  ReadReport report;
+  report.catalog = &catalog;
+  ReadConfig(json::object(), &config, &report);
+  std::vector<KeyInfo> keys;
+  for (const KeyInfo& k : catalog) {
+    if (k.kind != KeyInfo::Kind::kAlias) keys.push_back(k);
+  }
+  for (const KeyInfo& a : catalog) {
+    if (a.kind != KeyInfo::Kind::kAlias) continue;
+    for (KeyInfo& k : keys) {
+      if (k.path == a.path) k.aliases.push_back(a.note);
+    }
+  }
+  return keys;
 }
 
 }  // namespace zinf::config_internal

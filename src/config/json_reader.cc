@@ -35,6 +35,9 @@ std::string BytesRangeText(uint64_t lo, uint64_t hi, Align align) {
   return fmt::format("a byte size (an integer, or a string like \"4G\"){}{}", what, range);
 }
 
+// A byte size as the reference shows it: "1M", "131072" (exact binary units only).
+std::string BytesValueText(uint64_t bytes) { return FormatBytesShort(bytes); }
+
 }  // namespace
 
 bool Range::Contains(double v) const {
@@ -116,6 +119,35 @@ void Reader::Error(std::string_view key, std::string message) {
   report_->errors.push_back(fmt::format("{}: {}", PathOf(key), message));
 }
 
+void Reader::Describe(std::string_view key, KeyInfo::Kind kind, std::string expected,
+                      std::string value, unsigned flags, std::string note) {
+  std::vector<KeyInfo>* catalog = report_->catalog;
+  if (catalog == nullptr) return;
+  const std::string path = PathOf(key);  // DescribeConfig reads no aliases: PathOf is primary
+  if (kind != KeyInfo::Kind::kAlias) {
+    auto known = std::find_if(catalog->begin(), catalog->end(), [&](const KeyInfo& k) {
+      return k.path == path && k.kind != KeyInfo::Kind::kAlias;
+    });
+    if (known != catalog->end()) {
+      // A value that is checked and then declared without effect (DeepSpeed's staging sizes).
+      if (kind == KeyInfo::Kind::kNoEffect) {
+        known->kind = kind;
+        known->note = std::move(note);
+      }
+      return;
+    }
+  }
+  KeyInfo info;
+  info.path = path;
+  info.kind = kind;
+  info.expected = std::move(expected);
+  info.value = std::move(value);
+  info.accepts_auto = (flags & kAuto) != 0;
+  info.accepts_null = (flags & kNull) != 0;
+  info.note = std::move(note);
+  catalog->push_back(std::move(info));
+}
+
 void Reader::Declare(std::string_view key) {
   declared_.emplace_back(key);
   known_paths_->push_back(PathOf(key));
@@ -134,6 +166,7 @@ const json* Reader::Lookup(std::string_view key, unsigned flags) {
 }
 
 std::string_view Reader::Alias(std::string_view primary, std::string_view alias) {
+  Describe(primary, KeyInfo::Kind::kAlias, "", "", kPlain, PathOf(alias));
   Declare(alias);
   aliases_.emplace_back(alias, primary);
   if (Has(primary) && Has(alias)) {
@@ -143,6 +176,7 @@ std::string_view Reader::Alias(std::string_view primary, std::string_view alias)
 }
 
 void Reader::Uint(std::string_view key, uint64_t* out, uint64_t lo, uint64_t hi, unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue, IntRangeText(lo, hi), std::to_string(*out), flags);
   const json* v = Lookup(key, flags);
   uint64_t x = 0;
   if (v != nullptr && ToUint(key, *v, lo, hi, IntRangeText(lo, hi), &x)) {
@@ -159,6 +193,8 @@ void Reader::Uint32(std::string_view key, uint32_t* out, uint64_t lo, uint64_t h
 
 void Reader::OptUint(std::string_view key, std::optional<uint64_t>* out, uint64_t lo, uint64_t hi,
                      unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue, IntRangeText(lo, hi),
+           *out ? std::to_string(**out) : "unset", flags);
   const json* v = Lookup(key, flags);
   uint64_t x = 0;
   if (v != nullptr && ToUint(key, *v, lo, hi, IntRangeText(lo, hi), &x)) {
@@ -169,6 +205,8 @@ void Reader::OptUint(std::string_view key, std::optional<uint64_t>* out, uint64_
 
 void Reader::Bytes(std::string_view key, uint64_t* out, uint64_t lo, uint64_t hi, Align align,
                    unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue, BytesRangeText(lo, hi, align), BytesValueText(*out),
+           flags);
   std::optional<uint64_t> x;
   OptBytes(key, &x, lo, hi, align, flags);
   if (x) *out = *x;
@@ -176,6 +214,8 @@ void Reader::Bytes(std::string_view key, uint64_t* out, uint64_t lo, uint64_t hi
 
 void Reader::OptBytes(std::string_view key, std::optional<uint64_t>* out, uint64_t lo, uint64_t hi,
                       Align align, unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue, BytesRangeText(lo, hi, align),
+           *out ? BytesValueText(**out) : "unset", flags);
   // "auto" (or null) resets the value: on a base config it must not keep the base's number.
   const bool reset = Has(key) && (((flags & kAuto) && (*object_)[std::string(key)] == json("auto")) ||
                                   ((flags & kNull) && (*object_)[std::string(key)].is_null()));
@@ -206,6 +246,7 @@ void Reader::OptBytes(std::string_view key, std::optional<uint64_t>* out, uint64
 }
 
 void Reader::Double(std::string_view key, double* out, Range range, unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue, range.Text(), json(*out).dump(), flags);
   std::optional<double> x;
   OptDouble(key, &x, range, flags);
   if (x) *out = *x;
@@ -213,6 +254,7 @@ void Reader::Double(std::string_view key, double* out, Range range, unsigned fla
 
 void Reader::OptDouble(std::string_view key, std::optional<double>* out, Range range,
                        unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue, range.Text(), *out ? json(**out).dump() : "unset", flags);
   const json* v = Lookup(key, flags);
   double x = 0;
   if (v != nullptr && ToDouble(key, *v, range, &x)) {
@@ -223,6 +265,9 @@ void Reader::OptDouble(std::string_view key, std::optional<double>* out, Range r
 
 void Reader::DoublePair(std::string_view key, double* first, double* second, Range range,
                         unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue,
+           fmt::format("an array of two numbers, each {}", range.Text()),
+           json::array({*first, *second}).dump(), flags);
   const json* v = Lookup(key, flags);
   if (v == nullptr) return;
   if (!v->is_array() || v->size() != 2) {
@@ -242,12 +287,15 @@ void Reader::DoublePair(std::string_view key, double* first, double* second, Ran
 }
 
 void Reader::Bool(std::string_view key, bool* out, unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue, "true or false", json(*out).dump(), flags);
   std::optional<bool> x;
   OptBool(key, &x, flags);
   if (x) *out = *x;
 }
 
 void Reader::OptBool(std::string_view key, std::optional<bool>* out, unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue, "true or false", *out ? json(**out).dump() : "unset",
+           flags);
   const json* v = Lookup(key, flags);
   if (v == nullptr) return;
   if (!v->is_boolean()) {
@@ -259,6 +307,8 @@ void Reader::OptBool(std::string_view key, std::optional<bool>* out, unsigned fl
 }
 
 void Reader::String(std::string_view key, std::string* out, std::string_view what, unsigned flags) {
+  Describe(key, KeyInfo::Kind::kValue, fmt::format("a string: {}", what), json(*out).dump(),
+           flags);
   const json* v = Lookup(key, flags);
   if (v == nullptr) return;
   if (!v->is_string()) {
@@ -271,6 +321,8 @@ void Reader::String(std::string_view key, std::string* out, std::string_view wha
 
 void Reader::StringList(std::string_view key, std::vector<std::string>* out,
                         std::string_view what) {
+  Describe(key, KeyInfo::Kind::kValue, fmt::format("an array of strings: {}", what),
+           json(*out).dump(), kPlain);
   const json* v = Lookup(key, kPlain);
   if (v == nullptr) return;
   if (!v->is_array()) {
@@ -317,6 +369,7 @@ void Reader::EnumError(std::string_view key, const json& v, const std::vector<st
 }
 
 Reader Reader::Object(std::string_view key, unsigned flags) {
+  Describe(key, KeyInfo::Kind::kBlock, "an object", "", flags);
   const json* v = Lookup(key, flags);
   if (v != nullptr && !v->is_object()) {
     Error(key, fmt::format("{} is {}; expected an object", ShowValue(*v), TypeWord(*v)));
@@ -326,6 +379,11 @@ Reader Reader::Object(std::string_view key, unsigned flags) {
 }
 
 void Reader::Unimplemented(std::string_view key, std::vector<json> neutral) {
+  if (report_->catalog != nullptr) {
+    std::string values;
+    for (const json& n : neutral) values += (values.empty() ? "" : ", ") + n.dump();
+    Describe(key, KeyInfo::Kind::kNoEffect, "", "", kPlain, values);
+  }
   Declare(key);
   if (!Has(key)) return;
   const json& v = (*object_)[std::string(key)];
@@ -338,6 +396,7 @@ void Reader::UnimplementedKeys(std::initializer_list<std::string_view> keys) {
 }
 
 void Reader::Refuse(std::string_view key, std::string_view why) {
+  Describe(key, KeyInfo::Kind::kRefused, "", "", kPlain, std::string(why));
   Declare(key);
   if (Has(key)) Error(key, fmt::format("{}: {}", ShowValue((*object_)[std::string(key)]), why));
 }

@@ -93,6 +93,11 @@ class Reader {
     aliases_.emplace_back(key, primary);
   }
 
+  // With ReadReport::catalog set: records `key` there (once; a later description of the same
+  // path is ignored, so a getter that calls another describes the key with its own default).
+  void Describe(std::string_view key, KeyInfo::Kind kind, std::string expected,
+                std::string value, unsigned flags, std::string note = {});
+
   // Declares `key`; returns its value when present and not an "auto"/null stand-in for the
   // default, else nullptr.
   const nlohmann::json* Lookup(std::string_view key, unsigned flags);
@@ -127,6 +132,7 @@ class Reader {
   template <typename E>
   void Enum(std::string_view key, E* out, const Choices<E>& choices, unsigned flags = kPlain,
             const std::vector<std::string_view>& refused = {}) {
+    if (report_->catalog != nullptr) DescribeEnum(key, *out, choices, flags, refused);
     const nlohmann::json* v = Lookup(key, flags);
     if (v == nullptr) return;
     std::vector<std::string> names;
@@ -159,6 +165,21 @@ class Reader {
   void Finish();
 
  private:
+  template <typename E>
+  void DescribeEnum(std::string_view key, const E& current, const Choices<E>& choices,
+                    unsigned flags, const std::vector<std::string_view>& refused) {
+    std::string expected = "one of", value = "unset", note;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      expected += std::string(i == 0 ? " \"" : ", \"") + std::string(choices[i].first) + "\"";
+      if (choices[i].second == current && value == "unset") {
+        value = "\"" + std::string(choices[i].first) + "\"";
+      }
+    }
+    for (size_t i = 0; i < refused.size(); ++i) {
+      note += std::string(i == 0 ? "refused: \"" : ", \"") + std::string(refused[i]) + "\"";
+    }
+    Describe(key, KeyInfo::Kind::kValue, expected, value, flags, note);
+  }
   void Declare(std::string_view key);
   std::string CanonicalPathOf(std::string_view key) const;  // the primary name's path
   void EnumError(std::string_view key, const nlohmann::json& v,

@@ -61,6 +61,19 @@ TEST(TrainConfigCliTest, AConfigFileStartsFromTheDefaultJob) {
   EXPECT_EQ(pj["gradient_clipping"], 0.0) << printed.out;
   EXPECT_EQ(SourceOf(printed.out, "gradient_clipping"),
             only_model + " (absent: DeepSpeed's 0, no clipping)");
+  // Neither bf16 nor fp16: DeepSpeed's fp32, which zinf does not train; said, not silent.
+  EXPECT_EQ(pj["bf16"]["enabled"], true) << printed.out;
+  EXPECT_EQ(SourceOf(printed.out, "enabled", "bf16"),
+            only_model + " (neither bf16 nor fp16 enabled: DeepSpeed would train in fp32, which "
+                         "zinf does not; a bf16 working copy with fp32 master weights)");
+  EXPECT_NE(printed.err.find("neither bf16 nor fp16 is enabled, which in DeepSpeed means fp32"),
+            std::string::npos)
+      << printed.err;
+  const std::string with_bf16 = dir / "bf16.json";
+  std::ofstream(with_bf16) << "{" << model << R"(, "bf16": {"enabled": true}})";
+  auto quiet = RunZinf("train --config " + with_bf16 + " --print-config", dir.path());
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("neither bf16 nor fp16"), std::string::npos) << quiet.err;
   // Without a file, the default job's schedule and clipping.
   printed = RunZinf("train --print-config", dir.path());
   ASSERT_EQ(printed.exit_code, 0) << printed.err;
