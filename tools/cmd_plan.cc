@@ -199,7 +199,7 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   in.seq = static_cast<int>(c.zinf.model.seq_len);
   in.micro_batches = static_cast<uint32_t>(c.GradientAccumulationSteps());
   in.state_generations = state_nvme && !c.zinf.checkpoint.dir.empty() ? c.zinf.checkpoint.keep + 1 : 1;
-  in.device_budget = c.zinf.budgets.device_bytes.value_or(1ull << 30);
+  in.device_budget = DeviceBudgetOf(c);
   // The executor's device buffers, as it sizes them (the CPU kernels' attention scratch), and
   // on a GPU the CUDA backend's cuBLAS workspace and per-row loss gradient (its attention
   // scratch may differ a little from the CPU kernels').

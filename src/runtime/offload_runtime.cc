@@ -10,10 +10,16 @@
 namespace zinf {
 namespace {
 
-constexpr uint64_t kAutoHostDeviceBudget = 1ull << 30;
+constexpr uint64_t kAutoDeviceBudget = 1ull << 30;
 constexpr uint64_t kAutoPinnedCap = 2ull << 30;
 
 }  // namespace
+
+uint64_t AutoDeviceBudget() { return kAutoDeviceBudget; }
+
+uint64_t DeviceBudgetOf(const Config& c) {
+  return c.zinf.budgets.device_bytes.value_or(AutoDeviceBudget());
+}
 
 uint64_t AutoPinnedCap() { return std::min<uint64_t>(kAutoPinnedCap, MemAvailableBytes() / 4); }
 
@@ -38,7 +44,7 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   ZINF_RETURN_IF_ERROR(c.Validate(options.model_rules));
   auto rt = std::make_unique<OffloadRuntime>();
   DeviceOptions dopt;
-  dopt.budget_bytes = c.zinf.budgets.device_bytes.value_or(kAutoHostDeviceBudget);
+  dopt.budget_bytes = DeviceBudgetOf(c);
   dopt.kind = options.device_kind;
   dopt.cuda_ordinal = options.cuda_ordinal;
   dopt.copy_gbps = options.h2d_gbps;

@@ -7,7 +7,7 @@
 // the device arena (the whole device budget, reserved once: src/base/device_arena.h), the
 // pinned pool, the I/O engine and swap file (only when something is offloaded to NVMe), and
 // the tier manager. Every refusal names the config field it comes from. Budgets left "auto":
-// the device budget is 1 GiB on the host-emulated device (a GPU's free memory less 10% on CUDA);
+// the device budget is AutoDeviceBudget() (1 GiB, on the host-emulated device and on CUDA);
 // the pinned budget AutoPinnedCap() (zinf train sizes it from the run's needs before, within
 // that cap).
 //
@@ -62,6 +62,14 @@ struct RuntimeOptions {
   // Tests: wraps the I/O backend (io::EngineOptions::wrap_backend), e.g. to inject faults.
   std::function<std::unique_ptr<io::Backend>(std::unique_ptr<io::Backend>)> wrap_backend;
 };
+
+// The device budget of a config that leaves zinf.budgets.device_bytes unset or "auto": 1 GiB.
+// The one place that number lives (the runtime, zinf train's host-memory sizing and zinf plan
+// all read it here).
+uint64_t AutoDeviceBudget();
+
+// The device budget `config` gives, else AutoDeviceBudget().
+uint64_t DeviceBudgetOf(const Config& config);
 
 // The most pinned memory an automatic budget takes: a quarter of the memory available now, at
 // most 2 GiB.

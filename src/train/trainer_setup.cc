@@ -11,6 +11,7 @@
 #include "src/base/host_info.h"
 #include "src/base/log.h"
 #include "src/base/units.h"
+#include "src/runtime/offload_runtime.h"
 #include "src/train/backend_factory.h"
 #include "src/train/checkpoint.h"
 #include "src/train/data.h"
@@ -281,7 +282,7 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   Config placed = c;
   if (c.zinf.budgets.host_bytes_auto && eo.optimizer_on_nvme && !recorded_in_memory &&
       mem_available > 0) {
-    const uint64_t device = c.zinf.budgets.device_bytes.value_or(uint64_t{1} << 30);
+    const uint64_t device = DeviceBudgetOf(c);
     placed.zinf.budgets.host_bytes = AutoHostBytes(mem_available, pinned_budget, device);
     Log().info("train: host budget auto: {} ({} available{}, less the pinned budget {}, the "
                "device budget {} and 2 GiB kept)",
