@@ -1,6 +1,6 @@
 #!/bin/bash
 # One rank against two ranks with ZeRO stages 0, 1, 2 and 3, the same global batch, alternating
-# runs: the README's "Stages side by side" table. Usage: bench/stages_side_by_side.sh [ZINF]
+# runs: the "stages side by side" table of docs/benchmarks.md. Usage: bench/stages_side_by_side.sh [ZINF]
 # (default build/zinf). Writes summaries (*.json) and logs in a temporary directory it prints.
 set -euo pipefail
 Z=$(realpath "${1:-build/zinf}")

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Two zinf binaries side by side (e.g. before and after a change), alternating, on the README's
+# Two zinf binaries side by side (e.g. before and after a change), alternating, on docs/benchmarks.md's
 # 29.5M model across 2 ranks with its state on NVMe, ZeRO stages 2 and 3, --profile (each bound
 # alone: compute, NVMe, Adam, the collectives). Usage:
 #   bench/zero3_overlap_side_by_side.sh OLD_ZINF NEW_ZINF [REPS]

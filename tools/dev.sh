@@ -8,7 +8,7 @@
 #   tools/dev.sh test-asan   the suite under AddressSanitizer + UndefinedBehaviorSanitizer, built
 #                            into build-asan/ (RelWithDebInfo, CUDA off; ~20 min on 2 cores)
 #   tools/dev.sh test-tsan   the suite under ThreadSanitizer, built into build-tsan/ (oneTBB
-#                            replaced by an instrumented std::thread stand-in; see README)
+#                            replaced by an instrumented std::thread stand-in; see docs/development.md)
 #
 # Idempotent: packages already installed and an up-to-date build are skipped quickly.
 # Environment: BUILD_DIR (default build), JOBS (default nproc), ZINF_CUDA (AUTO|ON|OFF).

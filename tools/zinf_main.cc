@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // --help and --version exit 0; every usage error exits 2, as the README promises.
+    // --help and --version exit 0; every usage error exits 2, as docs/development.md says.
     return app.exit(e) == 0 ? 0 : 2;
   }
   return exit_code;

@@ -51,7 +51,7 @@
 //   the host-emulated device, compute count world times), plus the collectives at
 //   PlanRates::comm_gbps, not hidden; the fit checks every rank's swap file.
 // The model is a first-order one: it ignores the first step (cold) and the prefetcher's
-// timing; its error against measured steps is reported in the README.
+// timing; its error against measured steps is in docs/benchmarks.md.
 //
 // Thread-safety: plain functions over values.
 #pragma once
