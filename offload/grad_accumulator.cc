@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/grad_ops.h"
-#include "kernels/cpu/layer_ops.h"
 
 namespace zinf::offload {
 

@@ -9,6 +9,10 @@
 //   scale must be finite.
 // - AllFinite: whether none of src[0..n) is inf or NaN; reads src once, in parallel, and stops
 //   early (at chunk granularity) once one is found. This is AdamStep's check_finite pre-scan.
+// - SumSquares / SumSquares16: Σ x² in double for the global gradient norm, in a fixed order
+//   (fixed element chunks, 8 partial sums per chunk, the chunks' sums added in chunk order), so
+//   the same bits for every thread count. SumSquares16 widens bf16/fp16 exactly: the same bits
+//   as SumSquares over the float widening. Instantiated for float and double.
 // Errors: InvalidArgument for null pointers with n > 0, an unknown dtype or a bad option;
 // FailedPrecondition for a variant this CPU lacks. On error nothing is modified.
 // REQUIRES: acc and src do not overlap.
@@ -17,9 +21,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/kernel_options.h"
+#include "kernels/cpu/op_options.h"
 #include "zinf/status.h"
 
 namespace zinf::kernels {
@@ -30,3 +36,12 @@ Result<bool> AccumulateGrad(float* acc, const void* src, DType src_type, size_t 
 Result<bool> AllFinite(const void* src, DType type, size_t n, const KernelOptions& options = {});
 
 }  // namespace zinf::kernels
+
+namespace zinf::kernels::cpu {
+
+template <typename T>
+double SumSquares(const T* x, size_t n, const OpOptions& o = {});
+// x holds n values of `type` (kBf16 or kF16).
+double SumSquares16(const uint16_t* x, DType type, size_t n, const OpOptions& o = {});
+
+}  // namespace zinf::kernels::cpu

@@ -5,8 +5,7 @@
 // - reductions over rows (dbias, LayerNorm dweight/dbias, dwte/dwpe): chunks of channels, each
 //   walking all rows in increasing order, so every sum is llm.c's sequential one;
 // - attention: one task per (b, h) pair, writing only head h's channels;
-// - elementwise ops and SumSquares: fixed element chunks (SumSquares adds its per-chunk partials
-//   in chunk order).
+// - elementwise ops: fixed element chunks.
 // Short reductions inside a row use kLanes independent partial sums (fixed order) so the
 // compiler can vectorize them without -ffast-math.
 #include "kernels/cpu/layer_ops.h"
@@ -28,7 +27,6 @@ constexpr int kLanes = 8;
 constexpr size_t kRowChunkElems = 8192;   // a row task covers about this many elements
 constexpr size_t kElemChunk = 16384;      // elementwise ops
 constexpr size_t kChannelChunk = 64;      // channel-split sums over rows: 256 B of each fp32 row
-constexpr size_t kSumSquaresChunk = size_t{32} << 10;
 
 // Runs fn(begin, end) over chunks of `rows` rows of `row_elems` elements each.
 template <typename F>
@@ -461,47 +459,6 @@ void CrossEntropyBackward(T* dlogits, const T* probs, const int32_t* targets, co
   });
 }
 
-namespace {
-
-// Σ load(i)² over [0, n) in double: fixed chunks, kLanes partial sums per chunk, the chunks'
-// sums added in chunk order.
-template <typename Load>
-double SumSquaresOf(size_t n, const OpOptions& o, const Load& load) {
-  if (n == 0) return 0.0;
-  std::vector<double> partials((n + kSumSquaresChunk - 1) / kSumSquaresChunk);
-  ForChunks(n, kSumSquaresChunk, o, [&](size_t i0, size_t i1) {
-    double acc[kLanes] = {};
-    size_t i = i0;
-    for (; i + kLanes <= i1; i += kLanes)
-      for (int j = 0; j < kLanes; ++j) {
-        const double v = load(i + j);
-        acc[j] += v * v;
-      }
-    for (int j = 0; i < i1; ++i, ++j) {
-      const double v = load(i);
-      acc[j] += v * v;
-    }
-    partials[i0 / kSumSquaresChunk] = CombineLanes(acc);
-  });
-  double total = 0.0;
-  for (double p : partials) total += p;
-  return total;
-}
-
-}  // namespace
-
-template <typename T>
-double SumSquares(const T* x, size_t n, const OpOptions& o) {
-  return SumSquaresOf(n, o, [x](size_t i) { return double(x[i]); });
-}
-
-double SumSquares16(const uint16_t* x, DType type, size_t n, const OpOptions& o) {
-  if (type == DType::kBf16) {
-    return SumSquaresOf(n, o, [x](size_t i) { return double(Bf16ToFloat(x[i])); });
-  }
-  return SumSquaresOf(n, o, [x](size_t i) { return double(F16ToFloat(x[i])); });
-}
-
 #define ZINF_LAYER_OPS_INSTANTIATE(T)                                                         \
   template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int,       \
                                   const OpOptions&);                                           \
@@ -525,8 +482,7 @@ double SumSquares16(const uint16_t* x, DType type, size_t n, const OpOptions& o)
   template void CrossEntropyForward<T>(T*, T*, const T*, const int32_t*, int, int,             \
                                        const OpOptions&);                                      \
   template void CrossEntropyBackward<T>(T*, const T*, const int32_t*, const T*, int, int,      \
-                                        const OpOptions&);                                     \
-  template double SumSquares<T>(const T*, size_t, const OpOptions&);
+                                        const OpOptions&);
 
 ZINF_LAYER_OPS_INSTANTIATE(float)
 ZINF_LAYER_OPS_INSTANTIATE(double)

@@ -31,6 +31,8 @@
 // - Null gradient pointers mean "not needed" where the comment says nullable.
 // - Pointers given as inputs never alias outputs unless stated.
 //
+// The global gradient norm's fixed-order sum of squares is in kernels/cpu/grad_ops.h.
+//
 // Thread-safety: reentrant; concurrent calls on disjoint buffers are fine.
 #pragma once
 
@@ -38,13 +40,11 @@
 #include <cstdint>
 
 #include "kernels/cpu/dtype.h"
+#include "kernels/cpu/op_options.h"
 
 namespace zinf::kernels::cpu {
 
 // Tunables shared by the ops.
-struct OpOptions {
-  int threads = 0;  // oneTBB workers; 0 = every core
-};
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].  tokens: N int32 in [0, V) (checked by the caller).
 template <typename T>
@@ -116,12 +116,5 @@ void CrossEntropyForward(T* losses, T* probs, const T* logits, const int32_t* ta
 template <typename T>
 void CrossEntropyBackward(T* dlogits, const T* probs, const int32_t* targets, const T* dloss,
                           int N, int V, const OpOptions& o = {});
-
-// Σ x² in double, in a fixed order (for the global gradient norm).
-template <typename T>
-double SumSquares(const T* x, size_t n, const OpOptions& o = {});
-// The same over 16-bit values (type kBf16 or kF16), widened exactly: the same bits as
-// SumSquares over their float widening.
-double SumSquares16(const uint16_t* x, DType type, size_t n, const OpOptions& o = {});
 
 }  // namespace zinf::kernels::cpu

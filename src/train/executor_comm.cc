@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/adam.h"
-#include "kernels/cpu/layer_ops.h"
+#include "kernels/cpu/grad_ops.h"
 #include "src/train/executor_internal.h"
 
 namespace zinf::train {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/grad_ops.h"
 #include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/layer_ops.h"
 #include "kernels/cuda/layer_ops.h"

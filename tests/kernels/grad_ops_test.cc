@@ -1,5 +1,5 @@
 // Tests of kernels/cpu/grad_ops.h: AccumulateGrad's arithmetic and finiteness flag, and the
-// AllFinite scan, for every SIMD variant and source dtype.
+// AllFinite scan, for every SIMD variant and source dtype; SumSquares's fixed order.
 #include "kernels/cpu/grad_ops.h"
 
 #include <gtest/gtest.h>
@@ -123,3 +123,38 @@ TEST(GradOps, RejectsBadArguments) {
 
 }  // namespace
 }  // namespace zinf::kernels
+
+namespace zinf::kernels::cpu {
+namespace {
+
+TEST(SumSquaresTest, ExactWideningsGiveTheSameBitsForEveryThreadCount) {
+  const size_t n = 100003;  // several chunks and a ragged tail
+  std::mt19937 rng(30);
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  std::vector<double> x(n);
+  for (double& v : x) v = u(rng);
+  long double ref = 0;
+  for (double v : x) ref += (long double)v * v;
+  EXPECT_NEAR(SumSquares(x.data(), n), double(ref), 1e-12 * double(ref));
+  EXPECT_EQ(SumSquares(x.data(), n, {.threads = 1}), SumSquares(x.data(), n, {.threads = 2}));
+  // float widens exactly, so float and double agree bit for bit.
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = static_cast<float>(x[i]);
+  const std::vector<double> widened(f.begin(), f.end());
+  EXPECT_EQ(SumSquares(f.data(), n), SumSquares(widened.data(), n));
+  EXPECT_EQ(SumSquares<float>(nullptr, 0), 0.0);
+  // 16-bit values: the same bits as SumSquares over their exact widening to float.
+  for (DType type : {DType::kBf16, DType::kF16}) {
+    std::vector<uint16_t> h(n);
+    std::vector<float> w(n);
+    for (size_t i = 0; i < n; ++i) {
+      h[i] = type == DType::kBf16 ? FloatToBf16(f[i]) : FloatToF16(f[i]);
+      w[i] = type == DType::kBf16 ? Bf16ToFloat(h[i]) : F16ToFloat(h[i]);
+    }
+    EXPECT_EQ(SumSquares16(h.data(), type, n), SumSquares(w.data(), n)) << DTypeName(type);
+    EXPECT_EQ(SumSquares16(h.data(), type, n, {.threads = 1}), SumSquares(w.data(), n));
+  }
+}
+
+}  // namespace
+}  // namespace zinf::kernels::cpu

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/half_convert.h"
-#include "kernels/cpu/layer_ops.h"
+#include "kernels/cpu/grad_ops.h"
 #include "tests/test_util.h"
 
 namespace zinf::offload {
