@@ -2,6 +2,8 @@
 // writes at the end of a run (train_loop.h).
 #include <algorithm>
 #include <fstream>
+#include <initializer_list>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -67,40 +69,43 @@ std::string TrainSummary::ToJson() const {
                       {"grad_seconds_per_step", grad_seconds},
                       {"optimizer_seconds_per_step", optimizer_seconds},
                       {"adam_seconds_per_step", adam_seconds}};
-  if (val_loss >= 0) j["val_loss"] = val_loss;
-  if (resumed_from_step > 0) j["resumed_from_step"] = resumed_from_step;
-  if (stopped) j["stopped"] = true;
+  auto put = [&j](std::initializer_list<std::pair<const char*, nlohmann::json>> fields) {
+    for (const auto& [key, value] : fields) j[key] = value;
+  };
+  if (val_loss >= 0) put({{"val_loss", val_loss}});
+  if (resumed_from_step > 0) put({{"resumed_from_step", resumed_from_step}});
+  if (stopped) put({{"stopped", true}});
   if (plan_nvme_read_bytes_per_step > 0 || plan_nvme_write_bytes_per_step > 0) {
-    j["plan_nvme_read_bytes_per_step"] = plan_nvme_read_bytes_per_step;
-    j["plan_nvme_write_bytes_per_step"] = plan_nvme_write_bytes_per_step;
+    put({{"plan_nvme_read_bytes_per_step", plan_nvme_read_bytes_per_step},
+         {"plan_nvme_write_bytes_per_step", plan_nvme_write_bytes_per_step}});
   }
   if (!last_checkpoint.empty()) {
-    j["checkpoints"] = checkpoints;
-    j["last_checkpoint"] = last_checkpoint;
-    j["checkpoint_writer_seconds"] = checkpoint_writer_seconds;
-    j["checkpoint_bytes_written"] = checkpoint_bytes_written;
-    j["checkpoint_step_seconds_median"] = checkpoint_step_seconds_median;
-    j["other_step_seconds_median"] = other_step_seconds_median;
+    put({{"checkpoints", checkpoints},
+         {"last_checkpoint", last_checkpoint},
+         {"checkpoint_writer_seconds", checkpoint_writer_seconds},
+         {"checkpoint_bytes_written", checkpoint_bytes_written},
+         {"checkpoint_step_seconds_median", checkpoint_step_seconds_median},
+         {"other_step_seconds_median", other_step_seconds_median}});
     if (plain_copies > 0) {
-      j["plain_copies"] = plain_copies;
-      j["plain_copy_bytes"] = plain_copy_bytes;
-      j["plain_copy_seconds"] = plain_copy_seconds;
+      put({{"plain_copies", plain_copies},
+           {"plain_copy_bytes", plain_copy_bytes},
+           {"plain_copy_seconds", plain_copy_seconds}});
     }
   }
   if (world > 1) {
-    j["world"] = world;
-    j["transport"] = transport;
-    j["comm_sent_bytes_per_step"] = comm_sent_bytes_per_step;
-    j["comm_received_bytes_per_step"] = comm_received_bytes_per_step;
-    j["grad_comm_sent_bytes_per_step"] = grad_comm_sent_bytes_per_step;
-    j["comm_seconds_per_step"] = comm_seconds;
+    put({{"world", world},
+         {"transport", transport},
+         {"comm_sent_bytes_per_step", comm_sent_bytes_per_step},
+         {"comm_received_bytes_per_step", comm_received_bytes_per_step},
+         {"grad_comm_sent_bytes_per_step", grad_comm_sent_bytes_per_step},
+         {"comm_seconds_per_step", comm_seconds}});
   }
   if (step_over_bound > 0) {
-    j["compute_bound_seconds"] = compute_bound_seconds;
-    j["io_bound_seconds"] = io_bound_seconds;
-    j["adam_bound_seconds"] = adam_bound_seconds;
-    if (world > 1) j["comm_bound_seconds"] = comm_bound_seconds;
-    j["step_over_bound"] = step_over_bound;
+    put({{"compute_bound_seconds", compute_bound_seconds},
+         {"io_bound_seconds", io_bound_seconds},
+         {"adam_bound_seconds", adam_bound_seconds},
+         {"step_over_bound", step_over_bound}});
+    if (world > 1) put({{"comm_bound_seconds", comm_bound_seconds}});
   }
   return j.dump();
 }
