@@ -54,29 +54,4 @@ size_t AccessTrace::NextUse(ShardId id, Tier tier, size_t after) const {
   return v.front() + trace_.size();  // the next step repeats the trace
 }
 
-std::optional<ShardId> AccessTrace::PickVictim(Tier tier,
-                                               std::span<const VictimCandidate> candidates,
-                                               bool prefetch, size_t need_pos) const {
-  std::optional<ShardId> best;
-  size_t best_next = 0;
-  uint64_t best_tick = 0;
-  for (const VictimCandidate& c : candidates) {
-    if (valid_) {
-      const size_t next = NextUse(c.id, tier, pos_);
-      if (prefetch && next <= need_pos) continue;  // needed no later than what we fetch
-      if (!best || next > best_next) {
-        best = c.id;
-        best_next = next;
-      }
-    } else {
-      if (prefetch) continue;
-      if (!best || c.last_use < best_tick) {
-        best = c.id;
-        best_tick = c.last_use;
-      }
-    }
-  }
-  return best;
-}
-
 }  // namespace zinf::offload

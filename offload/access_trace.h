@@ -10,10 +10,7 @@
 // - NextUse(shard, tier, after) is the trace position of the shard's next use in that tier at
 //   or after `after`, wrapping into the next step (positions >= size() are the next step's),
 //   or kNever.
-// - PickVictim is the eviction policy: among candidates, the one used farthest in the future
-//   (Belady's rule) while the trace is valid, else the least recently used. A prefetch (which
-//   must never evict what is needed no later than what it fetches, at need_pos) gets no
-//   victim without a valid trace.
+// The eviction policies (offload/eviction_policy.h) read NextUse; the tier manager asks.
 //
 // Thread-safety: none; the tier manager's mutex guards it.
 #pragma once
@@ -34,11 +31,6 @@ enum class Tier : uint8_t;
 
 inline constexpr size_t kNever = std::numeric_limits<size_t>::max();
 
-struct VictimCandidate {
-  ShardId id = 0;
-  uint64_t last_use = 0;  // a tick: larger is more recent
-};
-
 class AccessTrace {
  public:
   // Records or matches one acquire; false when it departed from a valid trace (which is then
@@ -57,8 +49,6 @@ class AccessTrace {
   bool overwrite_at(size_t i) const { return overwrite_[i]; }
 
   size_t NextUse(ShardId id, Tier tier, size_t after) const;
-  std::optional<ShardId> PickVictim(Tier tier, std::span<const VictimCandidate> candidates,
-                                    bool prefetch, size_t need_pos) const;
 
  private:
   static uint64_t Key(ShardId id, Tier t);

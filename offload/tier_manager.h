@@ -30,9 +30,9 @@
 //   copy: whoever reuses the slot (the next load into it, a write-back reading it) waits for
 //   that event on its own stream, never on the host.
 // - Budgets are hard: when a class has no free slot, an unpinned copy of that class is evicted,
-//   a clean one if any (a dirty one costs a write-back first): the one whose next use is
-//   farthest (Belady's rule over the recorded trace), or the least recently used while no trace
-//   is known (offload/access_trace.h). While every slot of the class
+//   the one TierManagerOptions::eviction_policy picks (offload/eviction_policy.h: a clean copy
+//   before a dirty one; by default the one whose next use is farthest, Belady's rule over the
+//   recorded trace, or the least recently used while no trace is known). While every slot of the class
 //   is pinned, Acquire waits for copies in transfer and for leases other threads hold; only when
 //   waiting could not end (the caller's own leases, or holders that all wait themselves) does
 //   it fail with ResourceExhausted naming the numbers. A copy whose mover is itself waiting for
@@ -79,6 +79,7 @@
 #include <vector>
 
 #include "offload/access_trace.h"
+#include "offload/eviction_policy.h"
 #include "offload/pinned_pool.h"
 #include "offload/slot_table.h"
 #include "offload/swap_space.h"
@@ -132,6 +133,9 @@ struct TierManagerOptions {
   // finds it clean. A failed background write leaves the copy dirty and is returned by the next
   // Acquire.
   bool write_behind = false;
+  // Which copy goes when a slot class is full (offload/eviction_policy.h); the config's
+  // zinf.eviction_policy. An unknown name fails Create.
+  std::string eviction_policy = "belady";
 };
 
 // Seal's plan: the leases held at once, by every thread together, per tier ([0] device, [1]
@@ -362,6 +366,10 @@ class TierManager {
   // released for the I/O.
   Status BounceHome(std::unique_lock<std::mutex>& lock, ShardId id, const void* src, void* dst);
   SlotTable& table(Tier tier) { return tables_[static_cast<int>(tier)]; }
+  // Stamps the copy as used now: the one place the eviction clock advances.
+  void Touch(Copy& c);
+  // The eviction policy's record of a resident copy (tier_mover.cc).
+  EvictionCandidate Candidate(ShardId id, Tier tier) const;
   void Span(const char* track, const std::string& what, std::chrono::steady_clock::time_point t0);
 
   DeviceArena& arena_;
@@ -377,6 +385,7 @@ class TierManager {
   std::vector<std::unique_ptr<Shard>> shards_;
   uint64_t tick_ = 0;
   AccessTrace trace_;
+  std::unique_ptr<EvictionPolicy> eviction_;
   bool sealed_ = false;
   SealOptions seal_;
   SlotTable tables_[2];               // [device], [host]

@@ -1,6 +1,7 @@
-// offload/tier_manager_internal.h — the TierManager's residency records, shared by its two
-// source files (tier_manager.cc: registration, plan, leases; tier_mover.cc: transfers). Not
-// for other users.
+// offload/tier_manager_internal.h — the TierManager's residency records, shared by its source
+// files (tier_manager.cc: registration, plan, leases; tier_mover.cc: transfers;
+// tier_eviction.cc: slots and eviction; tier_home.cc: the home and its rewrites). Not for
+// other users.
 #pragma once
 
 #include <thread>

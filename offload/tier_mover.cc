@@ -1,5 +1,5 @@
-// TierManager's mover: slots (taking, evicting, giving back), loads from NVMe and over the h2d
-// link, derivations, write-backs, prefetch and installs. Every function here but DeriveLoop (the
+// TierManager's mover: slots given back, loads from NVMe and over the h2d link, derivations,
+// write-backs, prefetch and installs (taking a slot and evicting: tier_eviction.cc). Every function here but DeriveLoop (the
 // derive thread's body, which takes it itself) REQUIRES mu_ held; completion callbacks take it
 // themselves and make no device call (device.h's rules).
 #include <algorithm>
@@ -57,82 +57,6 @@ void TierManager::FreeCopy(ShardId id, Tier tier) {
   fresh.last_use = c.last_use;
   fresh.leases = c.leases;
   c = std::move(fresh);
-}
-
-Status TierManager::Reserve(std::unique_lock<std::mutex>& lock, Tier tier, ShardId id,
-                            bool prefetch, size_t need_pos, Slot* out) {
-  const int ti = static_cast<int>(tier);
-  const int cls = shards_[id]->cls[ti];
-  if (cls < 0) {
-    return Internal(fmt::format("shard {} has no {} slot class (registered after Seal?)",
-                                shards_[id]->spec.name, TierName(tier)));
-  }
-  SlotTable& t = tables_[ti];
-  bool announced = false;  // this call told the other waiters it waits too
-  std::vector<VictimCandidate> candidates, dirty;
-  while (true) {
-    if (t.Take(cls, out)) return Status::Ok();
-    // A victim among the unpinned, resident copies of this class.
-    bool transient = false;
-    int leased = 0;
-    candidates.clear();
-    dirty.clear();
-    for (ShardId j : members_[ti][cls]) {
-      Copy& c = shards_[j]->copy[ti];
-      if (c.state == Copy::kAbsent) continue;
-      if (c.state != Copy::kReady || c.pins > c.leases) {
-        // A load, write-back or copy in flight: its end frees or unpins it. Unless the thread
-        // moving it is itself waiting here for another thread's release: then it is counted
-        // like a lease (waiting on it could be a deadlock).
-        if (c.waiter == std::thread::id() || !reserving_.contains(c.waiter)) transient = true;
-        else leased++;
-        continue;
-      }
-      if (c.pins > 0) {
-        leased++;
-        continue;
-      }
-      if (prefetch && c.dirty) continue;  // a prefetch never waits for a write-back
-      (c.dirty ? dirty : candidates).push_back({j, c.last_use});
-    }
-    // A clean copy goes first (no write-back to wait for); a dirty one only when none is clean.
-    auto victim = trace_.PickVictim(tier, candidates, prefetch, need_pos);
-    if (!victim) victim = trace_.PickVictim(tier, dirty, prefetch, need_pos);
-    if (victim) {
-      ZINF_RETURN_IF_ERROR(Evict(lock, *victim, tier));
-      continue;
-    }
-    if (prefetch) {
-      return ResourceExhausted(fmt::format("prefetch: no room in the {} tier", TierName(tier)));
-    }
-    if (transient) {
-      cv_.wait(lock);  // a load or write-back in flight will settle
-      continue;
-    }
-    if (OtherHolderCanRelease(tier)) {
-      const auto me = std::this_thread::get_id();
-      reserving_.insert(me);
-      if (!announced) {
-        // A waiter for this thread's leases re-checks: waiting may no longer end. Once per
-        // call, so two waiters on a third do not wake each other in turn.
-        cv_.notify_all();
-        announced = true;
-      }
-      cv_.wait(lock);
-      reserving_.erase(me);
-      continue;
-    }
-    const SlotClassInfo& info = t.info(cls);
-    const Shard& s = *shards_[id];
-    const uint64_t bytes = tier == Tier::kHost ? s.host_bytes : s.spec.bytes;
-    return ResourceExhausted(fmt::format(
-        "{} tier: shard {} needs a slot of {} bytes ({}; the shard is {} bytes), but all {} "
-        "slots of that size are held: {} by leases (of them this thread's own, or by threads "
-        "that wait themselves) and {} by transfers that wait on this thread; release shards "
-        "before acquiring more, or declare more leases at Seal",
-        TierName(tier), s.spec.name, info.slot_bytes, FormatBytesHuman(info.slot_bytes), bytes,
-        info.slots, leased, info.slots - static_cast<uint32_t>(leased)));
-  }
 }
 
 Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier) {
@@ -322,18 +246,6 @@ void TierManager::StartWriteBehind(ShardId id) {
     c.pins--;
     if (sticky_.ok()) sticky_ = st.WithContext(fmt::format("writing {} home", s.spec.name));
   }
-}
-
-Status TierManager::Evict(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier) {
-  Copy& c = shards_[id]->copy[static_cast<int>(tier)];
-  if (c.dirty) ZINF_RETURN_IF_ERROR(WriteBack(lock, id, tier));
-  // WriteBack released the lock: the copy may have been leased meanwhile.
-  if (c.pins > 0 || c.state != Copy::kReady || c.dirty) return Status::Ok();
-  FreeCopy(id, tier);
-  stats_.evictions++;
-  (tier == Tier::kDevice ? stats_.device_evictions : stats_.host_evictions)++;
-  cv_.notify_all();
-  return Status::Ok();
 }
 
 void TierManager::StartHostToDevice(ShardId id) {
@@ -671,7 +583,7 @@ Result<bool> TierManager::InstallPending(ShardId id, const void* data) {
   void* p = h.ptr;
   h.state = Copy::kLoading;
   h.pins++;  // held (not a lease) until the home write ends; an acquirer may hold a pin too
-  h.last_use = ++tick_;
+  Touch(h);
   s.pending = true;
   s.rewrite_pending = false;
   stats_.installs++;

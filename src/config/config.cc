@@ -468,6 +468,7 @@ nlohmann::ordered_json Config::ToJson() const {
                  {"adam_threads", zinf.adam_threads},
                  {"overlap_adam", zinf.overlap_adam},
                  {"write_behind", zinf.write_behind},
+                 {"eviction_policy", zinf.eviction_policy},
                  {"seed", zinf.seed},
                  {"optimizer_state_dtype", zinf.optimizer_state_dtype},
                  {"optimizer_state_rounding", zinf.optimizer_state_rounding},

@@ -264,6 +264,9 @@ struct ZinfConfig {
   // write home at once, in the background, instead of when its slot is next needed (which then
   // waits for it). zinf train ignores it: its dirty copies are gradients read back in the step.
   bool write_behind = true;
+  // Which resident copy goes when a tier's slot class is full: "belady", "lru" or "cost"
+  // (offload/eviction_policy.h; the runtime refuses another name, naming this key).
+  std::string eviction_policy = "belady";
   uint64_t seed = 1337;       // weight initialisation and the synthetic corpus
   // The Adam moments' storage type: "fp32", or "bf16" (rounded to nearest even at every step:
   // 8 instead of 12 bytes a parameter of optimizer state in memory and on NVMe; an

@@ -300,6 +300,8 @@ void ReadZinf(Reader r, ZinfConfig* c) {
   r.Uint32("adam_threads", &c->adam_threads, 0, 1024);
   r.Bool("overlap_adam", &c->overlap_adam);
   r.Bool("write_behind", &c->write_behind);
+  r.String("eviction_policy", &c->eviction_policy,
+           "an eviction policy: \"belady\", \"lru\" or \"cost\" (offload/eviction_policies.inc)");
   r.Uint("seed", &c->seed, 0, kU64Max);
   const Choices<std::string_view> state_dtypes = {{"fp32", "fp32"}, {"bf16", "bf16"}};
   std::string_view state_dtype = c->optimizer_state_dtype;

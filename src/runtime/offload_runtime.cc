@@ -93,6 +93,10 @@ Result<std::unique_ptr<OffloadRuntime>> MakeOffloadRuntime(const Config& c,
   to.max_inflight_bytes = c.zinf.max_inflight_bytes;
   to.tracer = options.tracer;
   to.write_behind = options.write_behind;
+  to.eviction_policy = c.zinf.eviction_policy;
+  if (auto policy = offload::MakeEvictionPolicy(to.eviction_policy); !policy.ok()) {
+    return policy.status().WithContext(c.source + ": zinf.eviction_policy");
+  }
   ZINF_ASSIGN_OR_RETURN(rt->tiers, offload::TierManager::Create(*rt->arena, *rt->pool,
                                                                 rt->swap.get(), to));
   return rt;

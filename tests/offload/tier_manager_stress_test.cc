@@ -65,6 +65,7 @@ struct Case {
   int threads;
   int shards_per_thread;
   int ops_per_thread;
+  const char* eviction_policy = "belady";
 };
 
 void RunCase(const Case& k) {
@@ -92,7 +93,8 @@ void RunCase(const Case& k) {
   ASSERT_TRUE(pool.ok());
   auto arena = DeviceArena::Create(**device, dev_budget);
   ASSERT_TRUE(arena.ok());
-  auto tm = TierManager::Create(**arena, **pool, swap->get(), {.prefetch = true});
+  auto tm = TierManager::Create(**arena, **pool, swap->get(),
+                                {.prefetch = true, .eviction_policy = k.eviction_policy});
   ASSERT_TRUE(tm.ok());
   std::vector<ShardId> ids(n);
   std::vector<Extent> homes(n);
@@ -229,6 +231,17 @@ TEST(TierManagerStressTest, ThreadsSharingTightTiersSeeTheirLastWritesAndNeverFa
     SCOPED_TRACE(fmt::format("seed {}", k.seed));
     RunCase(k);
     if (HasFatalFailure()) return;
+  }
+}
+
+// Every eviction policy keeps the same promises: a policy decides only which copy goes.
+TEST(TierManagerStressTest, EveryEvictionPolicyKeepsTheLastWritesAndNeverFails) {
+  for (const char* policy : {"lru", "cost"}) {
+    for (const Case& k : {Case{5, 3, 6, 250, policy}, Case{6, 2, 9, 300, policy}}) {
+      SCOPED_TRACE(fmt::format("policy {} seed {}", policy, k.seed));
+      RunCase(k);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 

@@ -70,5 +70,18 @@ TEST(OffloadRuntimeTest, ImpossiblePinnedBudgetIsRefusedAtStart) {
       << rt.status().message();
 }
 
+TEST(OffloadRuntimeTest, AnUnknownEvictionPolicyIsRefusedNamingTheKeyAndTheChoices) {
+  Config c = Load(R"({"zinf": {"budgets": {"device_bytes": "4M", "pinned_bytes": "4M"},
+                               "eviction_policy": "fifo"}})");
+  auto rt = MakeOffloadRuntime(c, {});
+  ASSERT_FALSE(rt.ok());
+  const std::string m(rt.status().message());
+  EXPECT_NE(m.find("test.json: zinf.eviction_policy"), std::string::npos) << m;
+  EXPECT_NE(m.find("\"belady\", \"lru\", \"cost\""), std::string::npos) << m;
+  c = Load(R"({"zinf": {"budgets": {"device_bytes": "4M", "pinned_bytes": "4M"},
+                        "eviction_policy": "cost"}})");
+  EXPECT_TRUE(MakeOffloadRuntime(c, {}).ok());
+}
+
 }  // namespace
 }  // namespace zinf

@@ -111,6 +111,7 @@ KEYS = {
     "zinf.stripe_bytes": ("engine", "the stripe unit"),
     "zinf.swap_dir": ("engine", "the swap directory"),
     "zinf.write_behind": ("engine", "write dirty host copies home at once"),
+    "zinf.eviction_policy": ("engine", "which resident copy goes when a tier is full"),
     "zinf.adam_threads": ("python", "CPU Adam threads"),
     "zinf.strict": ("engine", "refuse the keys without effect instead of warning"),
     "zinf.trace_file": ("refused", "zinf train's trace"),
