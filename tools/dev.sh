@@ -65,7 +65,7 @@ run_tests() {
 run_asan_tests() {
   setup
   local dir=${BUILD_DIR:-$root/build-asan}
-  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINF_CUDA=OFF \
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINF_CUDA=OFF -DZINF_BENCH=OFF \
     -DZINF_SANITIZE=address,undefined >/dev/null
   cmake --build "$dir" -j "$jobs"
   # Leaks are errors too; a report aborts the test (halt_on_error) so ctest counts it failed.
@@ -77,7 +77,7 @@ run_asan_tests() {
 run_tsan_tests() {
   setup
   local dir=${BUILD_DIR:-$root/build-tsan}
-  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINF_CUDA=OFF \
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINF_CUDA=OFF -DZINF_BENCH=OFF \
     -DZINF_SANITIZE=thread >/dev/null
   cmake --build "$dir" -j "$jobs"
   # A report fails the test (halt_on_error, exit code 66); suppressions only for third-party
