@@ -54,4 +54,27 @@ size_t AccessTrace::NextUse(ShardId id, Tier tier, size_t after) const {
   return v.front() + trace_.size();  // the next step repeats the trace
 }
 
+void AccessTrace::Ahead(size_t pos, uint32_t units,
+                        const std::function<uint32_t(ShardId)>& unit_of,
+                        const std::function<bool(ShardId, Tier, size_t)>& fetch) const {
+  uint32_t units_ahead = 0;
+  uint32_t last_unit =
+      pos > 0 ? unit_of(trace_[pos - 1].first) : std::numeric_limits<uint32_t>::max();
+  std::vector<ShardId> overwritten;  // shards overwritten ahead
+  for (size_t q = pos; q < trace_.size(); ++q) {
+    const auto [id, tier] = trace_[q];
+    const uint32_t unit = unit_of(id);
+    if (unit != last_unit) {
+      last_unit = unit;
+      if (++units_ahead > units) break;
+    }
+    if (overwrite_[q]) {
+      overwritten.push_back(id);
+      continue;
+    }
+    if (std::find(overwritten.begin(), overwritten.end(), id) != overwritten.end()) continue;
+    if (!fetch(id, tier, q)) break;
+  }
+}
+
 }  // namespace zinf::offload

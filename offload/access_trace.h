@@ -10,6 +10,14 @@
 // - NextUse(shard, tier, after) is the trace position of the shard's next use in that tier at
 //   or after `after`, wrapping into the next step (positions >= size() are the next step's),
 //   or kNever.
+// - Ahead is the prefetch decision: from trace position `pos`, the acquires of the next
+//   `units` units (a unit begins where the trace's unit changes), in trace order, each handed
+//   to `fetch(id, tier, q)` unless it is an overwrite, or reads a shard an overwrite ahead of
+//   it rewrites (its read would see what the overwrite wrote, not home). `fetch` returns false
+//   to stop the walk (no memory, or a limit reached); it decides residency, the tier manager's
+//   part. The walk never passes the end of the step: the next step's first units are
+//   rewritten by the optimizer (or overwritten) before they are used, and the tier manager
+//   walks them from position 0 when the step ends.
 // The eviction policies (offload/eviction_policy.h) read NextUse; the tier manager asks.
 //
 // Thread-safety: none; the tier manager's mutex guards it.
@@ -17,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <span>
@@ -49,6 +58,9 @@ class AccessTrace {
   bool overwrite_at(size_t i) const { return overwrite_[i]; }
 
   size_t NextUse(ShardId id, Tier tier, size_t after) const;
+  // REQUIRES: valid(). unit_of(id): the shard's unit.
+  void Ahead(size_t pos, uint32_t units, const std::function<uint32_t(ShardId)>& unit_of,
+             const std::function<bool(ShardId, Tier, size_t)>& fetch) const;
 
  private:
   static uint64_t Key(ShardId id, Tier t);

@@ -90,12 +90,8 @@ struct StepState {
 
 }  // namespace
 
-Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit> units,
-                                                   const kernels::AdamHyper& hyper,
-                                                   const std::function<void(size_t)>* on_unit_written,
-                                                   const UpdatedFn* on_unit_updated,
-                                                   StepHashing* hashing,
-                                                   const GateFn* before_grad) {
+Status OptimizerPipeline::CheckUnits(std::span<const OptimizerUnit> units,
+                                     const StepHashing* hashing) const {
   const size_t count = units.size();
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUnit& u = units[i];
@@ -151,6 +147,59 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     return InvalidArgument(fmt::format("optimizer step: {} expected hashes for {} units",
                                        hashing->expected.size(), count));
   }
+  return Status::Ok();
+}
+
+Status OptimizerPipeline::CheckReadHashes(size_t i, const OptimizerUnit& u, const uint8_t* slab,
+                                          const std::array<uint64_t, kStateRoles>& expected) const {
+  const Layout l = LayoutFor(u.n);
+  const std::pair<const Extent*, uint64_t> state_parts[kStateRoles] = {
+      {&u.master, l.master}, {&u.exp_avg, l.exp_avg}, {&u.exp_avg_sq, l.exp_avg_sq}};
+  for (int r = 0; r < kStateRoles; ++r) {
+    const uint64_t bytes = StateRoleBytes(r, u.n, options_.moment_type);
+    const uint64_t got = Xxh64(slab + state_parts[r].second, bytes);
+    if (got != expected[r]) {
+      return DataLoss(fmt::format(
+          "optimizer unit {}: its {} as read from the swap file (offset {}, {} bytes) has "
+          "xxHash64 {}, but {} was written there: the data is corrupt",
+          i, kStateRoleNames[r], state_parts[r].first->offset, bytes, Xxh64Hex(got),
+          Xxh64Hex(expected[r])));
+    }
+  }
+  return Status::Ok();
+}
+
+kernels::AdamBuffers OptimizerPipeline::BuffersFor(const OptimizerUnit& u, uint8_t* slab,
+                                                   const void* grad,
+                                                   const kernels::AdamHyper& hyper,
+                                                   bool want16) const {
+  const Layout l = LayoutFor(u.n);
+  const bool resident = u.in_memory[0] != nullptr;
+  kernels::AdamBuffers b;
+  b.param = resident ? static_cast<float*>(u.in_memory[kMasterState])
+                     : reinterpret_cast<float*>(slab + l.master);
+  b.grad = grad;
+  b.grad_type = u.grad_type;
+  b.exp_avg = resident ? u.in_memory[kExpAvgState] : slab + l.exp_avg;
+  b.exp_avg_sq = resident ? u.in_memory[kExpAvgSqState] : slab + l.exp_avg_sq;
+  b.state_type = options_.moment_type;
+  b.stochastic_state = options_.stochastic_moments;
+  b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, u.rounding_stream);
+  b.state_index_base = u.rounding_index_base;
+  b.param16_out = want16 ? slab + l.param16 : nullptr;
+  b.param16_type = options_.param16_type;
+  b.n = u.n;
+  return b;
+}
+
+Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit> units,
+                                                   const kernels::AdamHyper& hyper,
+                                                   const std::function<void(size_t)>* on_unit_written,
+                                                   const UpdatedFn* on_unit_updated,
+                                                   StepHashing* hashing,
+                                                   const GateFn* before_grad) {
+  const size_t count = units.size();
+  ZINF_RETURN_IF_ERROR(CheckUnits(units, hashing));
   io::Engine& engine = swap_.engine();
   const io::FileId file = swap_.file();
   const unsigned depth = options_.depth;
@@ -287,38 +336,15 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     if (hashing != nullptr && !hashing->expected.empty() && !resident) {
       // The state as read, before anything of the unit is written: a mismatch never trains on.
       auto h0 = Clock::now();
-      for (int r = 0; r < kStateRoles && failure.ok(); ++r) {
-        const uint64_t bytes = StateRoleBytes(r, u.n, options_.moment_type);
-        const uint64_t got = Xxh64(slab + state_parts[r].second, bytes);
-        if (got != hashing->expected[i][r]) {
-          failure = DataLoss(fmt::format(
-              "optimizer unit {}: its {} as read from the swap file (offset {}, {} bytes) has "
-              "xxHash64 {}, but {} was written there: the data is corrupt",
-              i, kStateRoleNames[r], state_parts[r].first->offset, bytes, Xxh64Hex(got),
-              Xxh64Hex(hashing->expected[i][r])));
-        }
-      }
+      failure = CheckReadHashes(i, u, slab, hashing->expected[i]);
       stats.hash_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
       if (!failure.ok()) break;
     }
-    kernels::AdamBuffers b;
-    b.param = resident ? static_cast<float*>(u.in_memory[kMasterState])
-                       : reinterpret_cast<float*>(slab + l.master);
-    b.grad = grad;
-    b.grad_type = u.grad_type;
-    b.exp_avg = resident ? u.in_memory[kExpAvgState] : slab + l.exp_avg;
-    b.exp_avg_sq = resident ? u.in_memory[kExpAvgSqState] : slab + l.exp_avg_sq;
-    b.state_type = options_.moment_type;
-    b.stochastic_state = options_.stochastic_moments;
-    b.state_seed = kernels::StateRoundingSeed(options_.rounding_seed, hyper.step, u.rounding_stream);
-    b.state_index_base = u.rounding_index_base;
     // For the caller only when there is one to hand it to (a synchronous step of a unit whose
     // 16-bit weights are derived has none: they are cast again from the master when loaded).
     const bool want16 =
         u.param16.bytes != 0 || (u.param16_to_caller && on_unit_updated != nullptr);
-    b.param16_out = want16 ? slab + l.param16 : nullptr;
-    b.param16_type = options_.param16_type;
-    b.n = u.n;
+    const kernels::AdamBuffers b = BuffersFor(u, slab, grad, hyper, want16);
     kernels::AdamOptions ao = options_.adam;
     ao.check_finite = false;
     // One trace track per Adam worker: each reports its run of chunks of this unit.

@@ -181,6 +181,14 @@ class OptimizerPipeline {
  private:
   OptimizerPipeline(SwapSpace& swap, PinnedPool& pool, const OptimizerPipelineOptions& o)
       : swap_(swap), pool_(pool), options_(o) {}
+  // Step's argument checks: each unit's sizes, extents and gradient, the hashes' count.
+  Status CheckUnits(std::span<const OptimizerUnit> units, const StepHashing* hashing) const;
+  // The state of unit `i` as read into `slab` against the hashes written with it.
+  Status CheckReadHashes(size_t i, const OptimizerUnit& u, const uint8_t* slab,
+                         const std::array<uint64_t, kStateRoles>& expected) const;
+  // The Adam step's buffers for unit `u`: its state in memory, or in `slab`.
+  kernels::AdamBuffers BuffersFor(const OptimizerUnit& u, uint8_t* slab, const void* grad,
+                                  const kernels::AdamHyper& hyper, bool want16) const;
   SwapSpace& swap_;
   PinnedPool& pool_;
   OptimizerPipelineOptions options_;

@@ -509,36 +509,20 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
 
 void TierManager::Prefetch(std::unique_lock<std::mutex>& lock, size_t pos) {
   if (!trace_.valid() || !options_.prefetch) return;
-  const size_t n = trace_.size();
-  uint32_t units_ahead = 0;
-  uint32_t last_unit = pos > 0 ? shards_[trace_.at(pos - 1).first]->spec.unit
-                               : std::numeric_limits<uint32_t>::max();
-  // Shards overwritten ahead: their later reads see what the overwrite wrote, not home.
-  std::vector<ShardId> overwritten;
-  // Not past the end of the step: the next step's first units are rewritten by the optimizer
-  // (or overwritten) before they are used; EndStep prefetches them.
-  for (size_t q = pos; q < n; ++q) {
-    auto [id, tier] = trace_.at(q);
-    Shard& s = *shards_[id];
-    if (s.spec.unit != last_unit) {
-      last_unit = s.spec.unit;
-      if (++units_ahead > options_.prefetch_units) break;
-    }
-    Copy& c = s.copy[static_cast<int>(tier)];
-    if (trace_.overwrite_at(q)) {
-      overwritten.push_back(id);
-      continue;
-    }
-    if (c.state != Copy::kAbsent || s.rewrite_pending ||
-        std::find(overwritten.begin(), overwritten.end(), id) != overwritten.end()) {
-      continue;
-    }
-    if (tier == Tier::kHost && options_.max_inflight_bytes &&
-        inflight_bytes_[0] + s.host_bytes > options_.max_inflight_bytes) {
-      break;
-    }
-    if (!StartLoad(lock, id, tier, /*prefetch=*/true, q).ok()) break;
-  }
+  // What to fetch and in which order is the trace's (AccessTrace::Ahead); whether a copy is
+  // there already, and the in-flight limit, are residency's.
+  trace_.Ahead(
+      pos, options_.prefetch_units, [&](ShardId id) { return shards_[id]->spec.unit; },
+      [&](ShardId id, Tier tier, size_t q) {
+        Shard& s = *shards_[id];
+        const Copy& c = s.copy[static_cast<int>(tier)];
+        if (c.state != Copy::kAbsent || s.rewrite_pending) return true;
+        if (tier == Tier::kHost && options_.max_inflight_bytes &&
+            inflight_bytes_[0] + s.host_bytes > options_.max_inflight_bytes) {
+          return false;
+        }
+        return StartLoad(lock, id, tier, /*prefetch=*/true, q).ok();
+      });
 }
 
 Result<bool> TierManager::InstallPending(ShardId id, const void* data) {

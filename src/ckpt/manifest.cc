@@ -202,38 +202,10 @@ Status Commit(const std::string& dir, const Manifest& manifest) {
                              manifest.ToJson().dump(1) + "\n");
 }
 
-Result<Manifest> Read(const std::string& dir,
-                      const std::optional<std::vector<std::string>>& allowed_swap_files) {
-  const std::string path = (fs::path(dir) / kManifestName).string();
-  ZINF_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
-  json j;
-  try {
-    j = ParseJsonRefusingDuplicates(text);
-  } catch (const DuplicateJsonKey& d) {
-    return DataLoss(fmt::format("{}: the key {} is repeated", path, d.Dotted()));
-  } catch (const json::parse_error& e) {
-    return DataLoss(fmt::format("{}: not JSON: {}", path, e.what()));
-  }
-  if (!j.is_object()) return DataLoss(path + ": expected a JSON object");
-  Manifest m;
-  m.dir = dir;
-  Fields f(path, j);
-  std::string format;
-  int version = 0;
-  ZINF_RETURN_IF_ERROR(f.Get("format", &format, "\"zinf-checkpoint\""));
-  if (format != kFormat) {
-    return InvalidArgument(fmt::format("{}: format \"{}\"; expected \"{}\"", path, format, kFormat));
-  }
-  ZINF_RETURN_IF_ERROR(f.Get("format_version", &version, "1"));
-  if (version != kFormatVersion) {
-    return InvalidArgument(fmt::format("{}: format_version {}; this zinf reads version {}", path,
-                                       version, kFormatVersion));
-  }
-  ZINF_RETURN_IF_ERROR(f.Get("step", &m.step, "an integer >= 0"));
-  ZINF_RETURN_IF_ERROR(f.Object("model", &m.model));
-  ZINF_RETURN_IF_ERROR(f.Object("training", &m.training));
-  ZINF_RETURN_IF_ERROR(f.Object("data", &m.data));
-  ZINF_RETURN_IF_ERROR(f.Object("state", &m.state));
+namespace {
+
+// The manifest's "world" object: the world size, the partition rule, chunks and rank.
+Status ReadWorld(const std::string& path, Fields& f, Manifest& m) {
   json world;
   ZINF_RETURN_IF_ERROR(f.Object("world", &world));
   Fields fw(path + ": world", world);
@@ -267,32 +239,66 @@ Result<Manifest> Read(const std::string& dir,
     }
     m.rank = rank;
   }
-  if (m.HasParts()) {
-    auto parts = j.find("parts");
-    if (parts == j.end() || !parts->is_array() || parts->size() != m.world_size) {
-      return InvalidArgument(fmt::format(
-          "{}: a checkpoint across {} ranks lists its parts in \"parts\", one per rank", path,
-          m.world_size));
+  return Status::Ok();
+}
+
+// "parts": one entry per rank in a checkpoint across ranks, none otherwise.
+Status ReadParts(const std::string& path, const json& j, Manifest& m) {
+  if (!m.HasParts()) {
+    if (j.contains("parts")) {
+      return InvalidArgument(path + ": \"parts\" in a manifest of one rank's state");
     }
-    for (size_t i = 0; i < parts->size(); ++i) {
-      Fields fp(fmt::format("{}: parts[{}]", path, i), (*parts)[i]);
-      RankPart p;
-      std::string hash;
-      ZINF_RETURN_IF_ERROR(fp.Get("rank", &p.rank, "the part's rank"));
-      ZINF_RETURN_IF_ERROR(fp.Get("dir", &p.dir, "rank<r>"));
-      ZINF_RETURN_IF_ERROR(fp.Get("manifest_xxh64", &hash, "16 hex digits"));
-      auto h = ParseXxh64Hex(hash);
-      if (p.rank != i || p.dir != RankPartDirName(p.rank) || !h) {
-        return InvalidArgument(fmt::format(
-            "{}: parts[{}] is rank {} in \"{}\" with hash \"{}\"; expected rank {} in \"{}\" "
-            "with 16 hex digits", path, i, p.rank, p.dir, hash, i, RankPartDirName(i)));
-      }
-      p.manifest_xxh64 = *h;
-      m.parts.push_back(p);
-    }
-  } else if (j.contains("parts")) {
-    return InvalidArgument(path + ": \"parts\" in a manifest of one rank's state");
+    return Status::Ok();
   }
+  auto parts = j.find("parts");
+  if (parts == j.end() || !parts->is_array() || parts->size() != m.world_size) {
+    return InvalidArgument(fmt::format(
+        "{}: a checkpoint across {} ranks lists its parts in \"parts\", one per rank", path,
+        m.world_size));
+  }
+  for (size_t i = 0; i < parts->size(); ++i) {
+    Fields fp(fmt::format("{}: parts[{}]", path, i), (*parts)[i]);
+    RankPart p;
+    std::string hash;
+    ZINF_RETURN_IF_ERROR(fp.Get("rank", &p.rank, "the part's rank"));
+    ZINF_RETURN_IF_ERROR(fp.Get("dir", &p.dir, "rank<r>"));
+    ZINF_RETURN_IF_ERROR(fp.Get("manifest_xxh64", &hash, "16 hex digits"));
+    auto h = ParseXxh64Hex(hash);
+    if (p.rank != i || p.dir != RankPartDirName(p.rank) || !h) {
+      return InvalidArgument(fmt::format(
+          "{}: parts[{}] is rank {} in \"{}\" with hash \"{}\"; expected rank {} in \"{}\" "
+          "with 16 hex digits", path, i, p.rank, p.dir, hash, i, RankPartDirName(i)));
+    }
+    p.manifest_xxh64 = *h;
+    m.parts.push_back(p);
+  }
+  return Status::Ok();
+}
+
+// A swap file entry's members: absolute zinf swap files, among the run's own when given.
+Status CheckSwapMembers(const std::string& path, size_t i, const FileEntry& e,
+                        const std::optional<std::vector<std::string>>& allowed_swap_files) {
+  for (const std::string& member : e.members.empty() ? std::vector<std::string>{e.name}
+                                                     : e.members) {
+    if (!fs::path(member).is_absolute() || !IsSwapName(member)) {
+      return InvalidArgument(fmt::format(
+          "{}: files[{}] \"{}\" is not a zinf swap file (an absolute path named zinf.swap "
+          "or zinf.swap.<i>): refused", path, i, member));
+    }
+    if (allowed_swap_files &&
+        std::find(allowed_swap_files->begin(), allowed_swap_files->end(), member) ==
+            allowed_swap_files->end()) {
+      return InvalidArgument(fmt::format(
+          "{}: files[{}] \"{}\" is not one of this run's swap files: refused (the run's "
+          "are {})", path, i, member, fmt::join(*allowed_swap_files, ", ")));
+    }
+  }
+  return Status::Ok();
+}
+
+// "files": the checkpoint's data files (plain names inside it) and the swap files it names.
+Status ReadFiles(const std::string& path, const json& j, Manifest& m,
+                 const std::optional<std::vector<std::string>>& allowed_swap_files) {
   auto files = j.find("files");
   if (files == j.end() || !files->is_array()) {
     return InvalidArgument(path + ": \"files\" is missing or not an array");
@@ -319,21 +325,7 @@ Result<Manifest> Read(const std::string& dir,
               "being its name, and stripe_bytes > 0", path, i, e.name));
         }
       }
-      for (const std::string& member : e.members.empty() ? std::vector<std::string>{e.name}
-                                                         : e.members) {
-        if (!fs::path(member).is_absolute() || !IsSwapName(member)) {
-          return InvalidArgument(fmt::format(
-              "{}: files[{}] \"{}\" is not a zinf swap file (an absolute path named zinf.swap "
-              "or zinf.swap.<i>): refused", path, i, member));
-        }
-        if (allowed_swap_files &&
-            std::find(allowed_swap_files->begin(), allowed_swap_files->end(), member) ==
-                allowed_swap_files->end()) {
-          return InvalidArgument(fmt::format(
-              "{}: files[{}] \"{}\" is not one of this run's swap files: refused (the run's "
-              "are {})", path, i, member, fmt::join(*allowed_swap_files, ", ")));
-        }
-      }
+      ZINF_RETURN_IF_ERROR(CheckSwapMembers(path, i, e, allowed_swap_files));
     } else {
       return InvalidArgument(fmt::format("{}: files[{}] kind \"{}\"; expected \"data\" or "
                                          "\"swap\"", path, i, e.kind));
@@ -343,47 +335,93 @@ Result<Manifest> Read(const std::string& dir,
     }
     m.files.push_back(e);
   }
+  return Status::Ok();
+}
+
+// One "shards" entry: its role, type, shape and hash, inside a listed file.
+Result<ShardEntry> ReadShard(const std::string& where, const json& entry, const Manifest& m) {
+  Fields fs_(where, entry);
+  ShardEntry s;
+  std::string hash;
+  ZINF_RETURN_IF_ERROR(fs_.Get("role", &s.role, "a role name"));
+  ZINF_RETURN_IF_ERROR(fs_.Get("unit", &s.unit, "a unit index"));
+  ZINF_RETURN_IF_ERROR(fs_.Get("dtype", &s.dtype, "F32, BF16 or F16"));
+  ZINF_RETURN_IF_ERROR(fs_.Get("shape", &s.shape, "an array of sizes"));
+  ZINF_RETURN_IF_ERROR(fs_.Get("file", &s.file, "a listed file's name"));
+  ZINF_RETURN_IF_ERROR(fs_.Get("offset", &s.offset, "a byte offset"));
+  ZINF_RETURN_IF_ERROR(fs_.Get("length", &s.length, "a byte length"));
+  ZINF_RETURN_IF_ERROR(fs_.Get("xxh64", &hash, "16 hex digits"));
+  auto h = ParseXxh64Hex(hash);
+  if (!h) return InvalidArgument(fmt::format("{}: xxh64 \"{}\"; expected 16 hex digits", where, hash));
+  s.xxh64 = *h;
+  const uint64_t elem = DtypeBytes(s.dtype);
+  if (elem == 0) {
+    return InvalidArgument(fmt::format("{}: dtype \"{}\"; expected F32, BF16 or F16", where,
+                                       s.dtype));
+  }
+  uint64_t count = 1;
+  for (uint64_t d : s.shape) count *= d;
+  if (count * elem != s.length) {
+    return InvalidArgument(fmt::format("{}: length {} bytes, but {} {} values make {}", where,
+                                       s.length, count, s.dtype, count * elem));
+  }
+  const FileEntry* file = m.FindFile(s.file);
+  if (file == nullptr) {
+    return InvalidArgument(fmt::format(
+        "{}: file \"{}\" is neither a data file of this checkpoint nor one of its listed swap "
+        "files (a path escape): refused", where, s.file));
+  }
+  if (s.offset > file->bytes || s.length > file->bytes - s.offset) {
+    return InvalidArgument(fmt::format("{}: bytes [{}, {}) lie outside {} ({} bytes)", where,
+                                       s.offset, s.offset + s.length, s.file, file->bytes));
+  }
+  return s;
+}
+
+}  // namespace
+
+Result<Manifest> Read(const std::string& dir,
+                      const std::optional<std::vector<std::string>>& allowed_swap_files) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  ZINF_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  json j;
+  try {
+    j = ParseJsonRefusingDuplicates(text);
+  } catch (const DuplicateJsonKey& d) {
+    return DataLoss(fmt::format("{}: the key {} is repeated", path, d.Dotted()));
+  } catch (const json::parse_error& e) {
+    return DataLoss(fmt::format("{}: not JSON: {}", path, e.what()));
+  }
+  if (!j.is_object()) return DataLoss(path + ": expected a JSON object");
+  Manifest m;
+  m.dir = dir;
+  Fields f(path, j);
+  std::string format;
+  int version = 0;
+  ZINF_RETURN_IF_ERROR(f.Get("format", &format, "\"zinf-checkpoint\""));
+  if (format != kFormat) {
+    return InvalidArgument(fmt::format("{}: format \"{}\"; expected \"{}\"", path, format, kFormat));
+  }
+  ZINF_RETURN_IF_ERROR(f.Get("format_version", &version, "1"));
+  if (version != kFormatVersion) {
+    return InvalidArgument(fmt::format("{}: format_version {}; this zinf reads version {}", path,
+                                       version, kFormatVersion));
+  }
+  ZINF_RETURN_IF_ERROR(f.Get("step", &m.step, "an integer >= 0"));
+  ZINF_RETURN_IF_ERROR(f.Object("model", &m.model));
+  ZINF_RETURN_IF_ERROR(f.Object("training", &m.training));
+  ZINF_RETURN_IF_ERROR(f.Object("data", &m.data));
+  ZINF_RETURN_IF_ERROR(f.Object("state", &m.state));
+  ZINF_RETURN_IF_ERROR(ReadWorld(path, f, m));
+  ZINF_RETURN_IF_ERROR(ReadParts(path, j, m));
+  ZINF_RETURN_IF_ERROR(ReadFiles(path, j, m, allowed_swap_files));
   auto shards = j.find("shards");
   if (shards == j.end() || !shards->is_array()) {
     return InvalidArgument(path + ": \"shards\" is missing or not an array");
   }
   for (size_t i = 0; i < shards->size(); ++i) {
-    const std::string where = fmt::format("{}: shards[{}]", path, i);
-    Fields fs_(where, (*shards)[i]);
-    ShardEntry s;
-    std::string hash;
-    ZINF_RETURN_IF_ERROR(fs_.Get("role", &s.role, "a role name"));
-    ZINF_RETURN_IF_ERROR(fs_.Get("unit", &s.unit, "a unit index"));
-    ZINF_RETURN_IF_ERROR(fs_.Get("dtype", &s.dtype, "F32, BF16 or F16"));
-    ZINF_RETURN_IF_ERROR(fs_.Get("shape", &s.shape, "an array of sizes"));
-    ZINF_RETURN_IF_ERROR(fs_.Get("file", &s.file, "a listed file's name"));
-    ZINF_RETURN_IF_ERROR(fs_.Get("offset", &s.offset, "a byte offset"));
-    ZINF_RETURN_IF_ERROR(fs_.Get("length", &s.length, "a byte length"));
-    ZINF_RETURN_IF_ERROR(fs_.Get("xxh64", &hash, "16 hex digits"));
-    auto h = ParseXxh64Hex(hash);
-    if (!h) return InvalidArgument(fmt::format("{}: xxh64 \"{}\"; expected 16 hex digits", where, hash));
-    s.xxh64 = *h;
-    const uint64_t elem = DtypeBytes(s.dtype);
-    if (elem == 0) {
-      return InvalidArgument(fmt::format("{}: dtype \"{}\"; expected F32, BF16 or F16", where,
-                                         s.dtype));
-    }
-    uint64_t count = 1;
-    for (uint64_t d : s.shape) count *= d;
-    if (count * elem != s.length) {
-      return InvalidArgument(fmt::format("{}: length {} bytes, but {} {} values make {}", where,
-                                         s.length, count, s.dtype, count * elem));
-    }
-    const FileEntry* file = m.FindFile(s.file);
-    if (file == nullptr) {
-      return InvalidArgument(fmt::format(
-          "{}: file \"{}\" is neither a data file of this checkpoint nor one of its listed swap "
-          "files (a path escape): refused", where, s.file));
-    }
-    if (s.offset > file->bytes || s.length > file->bytes - s.offset) {
-      return InvalidArgument(fmt::format("{}: bytes [{}, {}) lie outside {} ({} bytes)", where,
-                                         s.offset, s.offset + s.length, s.file, file->bytes));
-    }
+    ZINF_ASSIGN_OR_RETURN(ShardEntry s,
+                          ReadShard(fmt::format("{}: shards[{}]", path, i), (*shards)[i], m));
     m.shards.push_back(std::move(s));
   }
   if (m.HasParts() && (!m.files.empty() || !m.shards.empty())) {

@@ -56,8 +56,8 @@ std::string ParseErrorDetail(const char* what) {
 
 std::string Quoted(const std::string& s) { return json(s).dump(); }
 
-std::vector<std::string> ValidateLines(const Config& c, bool model_rules) {
-  std::vector<std::string> out;
+// Offload homes, FSDP's preset names, the batch keys, precision and the schedule.
+void ValidateTraining(const Config& c, std::vector<std::string>& out) {
   auto check_offload = [&](std::string_view block, OffloadDevice device,
                            const std::string& nvme_path, uint64_t buffer_count) {
     if (device != OffloadDevice::kNvme) return;
@@ -146,7 +146,10 @@ std::vector<std::string> ValidateLines(const Config& c, bool model_rules) {
                     s.warmup_min_lr, c.WarmupMaxLr(),
                     s.warmup_max_lr ? "scheduler.params.warmup_max_lr" : "optimizer.params.lr"));
   }
+}
 
+// The model, budgets that can never be met, checkpoints and stripes.
+void ValidateResources(const Config& c, bool model_rules, std::vector<std::string>& out) {
   const ModelConfig& m = c.zinf.model;
   if (model_rules && m.width % m.heads != 0) {
     out.push_back(
@@ -201,6 +204,12 @@ std::vector<std::string> ValidateLines(const Config& c, bool model_rules) {
                       i, Quoted(p)));
     }
   }
+}
+
+std::vector<std::string> ValidateLines(const Config& c, bool model_rules) {
+  std::vector<std::string> out;
+  ValidateTraining(c, out);
+  ValidateResources(c, model_rules, out);
   return out;
 }
 

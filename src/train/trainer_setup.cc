@@ -101,18 +101,46 @@ Status ProtectKeptCheckpoints(LayerExecutor& ex, const ckpt::Manifest& resumed,
 
 }  // namespace
 
-Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
+namespace {
+
+// What a resume starts from; empty when the run is fresh.
+struct ResumeSource {
+  // The manifest of this rank's state (across ranks, its part of the checkpoint in `dir`). A
+  // checkpoint of another world size or partition rule is re-partitioned: every rank reads its
+  // share from all the old parts (old_parts), `from` is rank 0's (the trainer's state, the
+  // model's record), and the swap files are this run's own.
+  std::optional<ckpt::Manifest> from;
+  std::string dir;
+  bool repartition = false;
+  std::vector<ckpt::Manifest> old_parts;
+  // The run goes on in the checkpoint's own swap layout.
+  const ckpt::Manifest* exact() const { return from && !repartition ? &*from : nullptr; }
+};
+
+// Where the optimizer state lives, and the budgets the runtime is built with.
+struct StateLayout {
+  Config rc;                 // the run's config with the automatic pinned budget resolved
+  std::string placement;     // "memory", "nvme" or "mixed"
+  std::vector<std::string> in_memory_names;
+  // The units in memory as checkpoints record them (only a mixed placement lists them).
+  std::vector<std::string> Recorded() const {
+    return placement == "mixed" ? in_memory_names : std::vector<std::string>{};
+  }
+};
+
+// The ranks joined and agreeing, this rank's config, and the checks that need nothing built.
+Status JoinRun(const TrainOptions& opt, TrainRun& run) {
   // Across ranks (zinf launch): the batch keys are read against the world size, and each rank
   // has its own swap directories.
   ZINF_ASSIGN_OR_RETURN(const comm::WorldEnv world_env, comm::ReadWorldEnv());
-  Config shared = opt.config;
-  shared.world_size = static_cast<uint64_t>(world_env.world);
-  ZINF_RETURN_IF_ERROR(shared.Validate());
-  const Config cfg = world_env.world > 1 ? PerRankPaths(shared, world_env.rank) : shared;
-  const Config& c = cfg;
+  run.shared = opt.config;
+  run.shared.world_size = static_cast<uint64_t>(world_env.world);
+  ZINF_RETURN_IF_ERROR(run.shared.Validate());
+  run.c = world_env.world > 1 ? PerRankPaths(run.shared, world_env.rank) : run.shared;
+  const Config& c = run.c;
   if (world_env.world > 1 && UsesNvme(c)) ZINF_RETURN_IF_ERROR(MakeRankDirs(c));
-  ZINF_ASSIGN_OR_RETURN(Ranks ranks, JoinRanks(shared));
-  ZINF_RETURN_IF_ERROR(CheckRanksAgree(ranks, shared,
+  ZINF_ASSIGN_OR_RETURN(run.ranks, JoinRanks(run.shared));
+  ZINF_RETURN_IF_ERROR(CheckRanksAgree(run.ranks, run.shared,
                                        {.steps = opt.steps,
                                         .data = AbsolutePath(opt.data_path),
                                         .val_data = AbsolutePath(opt.val_data_path),
@@ -125,50 +153,54 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   }
   if (opt.steps == 0) return InvalidArgument("--steps must be >= 1");
   const CheckpointConfig& ck = c.zinf.checkpoint;
-  const bool resuming = !ck.resume.empty();
-  if (resuming && !opt.init_path.empty()) {
+  if (!ck.resume.empty() && !opt.init_path.empty()) {
     return InvalidArgument(fmt::format(
         "--init {} with --resume {}: a resume takes the weights from the checkpoint; give one "
         "of them", opt.init_path, ck.resume));
   }
-  // resume_from: the manifest of this rank's state (across ranks, its part of the checkpoint
-  // in resume_dir). A checkpoint of another world size or partition rule is re-partitioned:
-  // every rank reads its share from all the old parts (old_parts), resume_from is rank 0's
-  // (the trainer's state, the model's record), and the swap files are this run's own.
-  std::optional<ckpt::Manifest> resume_from;
-  std::string resume_dir;
-  TrainerState resumed;
-  bool repartition = false;
-  std::vector<ckpt::Manifest> old_parts;
-  if (resuming) {
-    ZINF_ASSIGN_OR_RETURN(const ckpt::Manifest whole, ReadForResume(ck.resume));
-    resume_dir = whole.dir;
-    repartition = !whole.rank && NeedsRepartition(whole, static_cast<uint32_t>(ranks.world()),
+  return Status::Ok();
+}
+
+// The checkpoint a resume reads (zinf.checkpoint.resume), and the trainer's state in it.
+Result<ResumeSource> ReadResume(const TrainOptions& opt, TrainRun& run) {
+  ResumeSource r;
+  const Config& c = run.c;
+  if (c.zinf.checkpoint.resume.empty()) return r;
+  const Ranks& ranks = run.ranks;
+  ZINF_ASSIGN_OR_RETURN(const ckpt::Manifest whole, ReadForResume(c.zinf.checkpoint.resume));
+  r.dir = whole.dir;
+  r.repartition = !whole.rank && NeedsRepartition(whole, static_cast<uint32_t>(ranks.world()),
                                                   PartitionRuleOf(c),
                                                   static_cast<uint32_t>(ranks.shard_world()));
-    if (repartition) {
-      ZINF_ASSIGN_OR_RETURN(old_parts, StatePartsForRepartition(whole));
-      resume_from = old_parts[0];
-      Log().info("train: re-partitioning {}: written by {} rank(s) (\"{}\"), resumed by {} (\"{}\")",
-                 whole.dir, whole.world_size, whole.partition, ranks.world(), PartitionRuleOf(c));
-    } else {
-      ZINF_ASSIGN_OR_RETURN(resume_from,
-                            StatePartFor(whole, static_cast<uint32_t>(ranks.rank()),
-                                         static_cast<uint32_t>(ranks.world()), PartitionRuleOf(c)));
-    }
-    ZINF_ASSIGN_OR_RETURN(resumed, TrainerStateOf(*resume_from));
-    if (resumed.step >= opt.steps) {
-      return InvalidArgument(fmt::format(
-          "--resume {}: the checkpoint is of step {}, and the run asks for {} steps in all; "
-          "expected --steps above {}", resume_from->dir, resumed.step, opt.steps, resumed.step));
-    }
+  if (r.repartition) {
+    ZINF_ASSIGN_OR_RETURN(r.old_parts, StatePartsForRepartition(whole));
+    r.from = r.old_parts[0];
+    Log().info("train: re-partitioning {}: written by {} rank(s) (\"{}\"), resumed by {} (\"{}\")",
+               whole.dir, whole.world_size, whole.partition, ranks.world(), PartitionRuleOf(c));
+  } else {
+    ZINF_ASSIGN_OR_RETURN(r.from,
+                          StatePartFor(whole, static_cast<uint32_t>(ranks.rank()),
+                                       static_cast<uint32_t>(ranks.world()), PartitionRuleOf(c)));
   }
-  const GptDims dims = GptDims::FromConfig(c.zinf.model);
-  const auto B = static_cast<uint32_t>(c.MicroBatchSize());
-  const uint64_t gas = c.GradientAccumulationSteps();
-  const uint32_t T = c.zinf.model.seq_len;
+  ZINF_ASSIGN_OR_RETURN(run.resumed, TrainerStateOf(*r.from));
+  if (run.resumed.step >= opt.steps) {
+    return InvalidArgument(fmt::format(
+        "--resume {}: the checkpoint is of step {}, and the run asks for {} steps in all; "
+        "expected --steps above {}", r.from->dir, run.resumed.step, opt.steps,
+        run.resumed.step));
+  }
+  return r;
+}
 
-  // Data first: a bad file is reported before anything heavy is built.
+// The model's shape, the data (first: a bad file is reported before anything heavy is built),
+// the schedule and the loss scaler.
+Status LoadData(const TrainOptions& opt, TrainRun& run, const ResumeSource& resume) {
+  const Config& c = run.c;
+  run.dims = GptDims::FromConfig(c.zinf.model);
+  run.B = static_cast<uint32_t>(c.MicroBatchSize());
+  run.gas = c.GradientAccumulationSteps();
+  run.T = c.zinf.model.seq_len;
+  const uint32_t B = run.B, T = run.T;
   ZINF_ASSIGN_OR_RETURN(TrainingData data,
                         LoadTrainingData({.path = opt.data_path,
                                           .val_path = opt.val_data_path,
@@ -176,44 +208,50 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
                                           .synthetic_bytes = opt.synthetic_bytes,
                                           .seed = c.zinf.seed,
                                           .val_fraction = opt.val_fraction},
-                                         dims.V, T));
+                                         run.dims.V, T));
   ZINF_ASSIGN_OR_RETURN(BatchSampler train_data,
                         BatchSampler::Create(data.train, Split::kTrain, B, T, c.zinf.seed));
-  if (resuming) {
-    ZINF_RETURN_IF_ERROR(train_data.source().CheckSameAs(resumed.data).WithContext(
-        "--resume " + resume_from->dir + ": a resume reads the data the checkpoint's run read"));
+  if (resume.from) {
+    ZINF_RETURN_IF_ERROR(train_data.source().CheckSameAs(run.resumed.data).WithContext(
+        "--resume " + resume.from->dir + ": a resume reads the data the checkpoint's run read"));
   }
-  std::optional<BatchSampler> val_data;
+  run.train_data.emplace(std::move(train_data));
   if (opt.eval_every > 0 && data.validation.split_size(Split::kValidation) > T) {
-    ZINF_ASSIGN_OR_RETURN(val_data, BatchSampler::Create(data.validation, Split::kValidation, B,
-                                                         T, c.zinf.seed + 1));
+    ZINF_ASSIGN_OR_RETURN(run.val_data, BatchSampler::Create(data.validation, Split::kValidation,
+                                                             B, T, c.zinf.seed + 1));
   } else if (!opt.val_data_path.empty() && opt.eval_every == 0) {
     Log().warn("train: --val-data {} is not used without --eval-every N", opt.val_data_path);
   }
-  ZINF_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(c.scheduler, c.optimizer.lr, opt.steps));
-  ZINF_ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::FromConfig(c.fp16));
-  const bool fp16 = c.precision() == Precision::kFp16;
+  ZINF_ASSIGN_OR_RETURN(run.schedule,
+                        LrSchedule::Create(c.scheduler, c.optimizer.lr, opt.steps));
+  ZINF_ASSIGN_OR_RETURN(run.scaler, LossScaler::FromConfig(c.fp16));
+  run.fp16 = c.precision() == Precision::kFp16;
+  return Status::Ok();
+}
 
+// The executor's options: types, homes, the pipeline, the trace, the ranks' partitioning.
+Status SetExecutorOptions(const TrainOptions& opt, TrainRun& run, const ResumeSource& resume) {
+  const Config& c = run.c;
+  const Ranks& ranks = run.ranks;
   // --trace, else the config's zinf.trace_file.
-  const std::string trace_path = !opt.trace_path.empty() ? opt.trace_path : c.zinf.trace_file;
-  auto tracer = std::make_unique<Tracer>(!trace_path.empty());
-  ExecutorOptions eo;
-  eo.batch = static_cast<int>(B);
-  eo.seq = static_cast<int>(T);
-  eo.param16_type = fp16 ? kernels::DType::kF16 : kernels::DType::kBf16;
+  run.trace_path = !opt.trace_path.empty() ? opt.trace_path : c.zinf.trace_file;
+  run.tracer = std::make_unique<Tracer>(!run.trace_path.empty());
+  ExecutorOptions& eo = run.eo;
+  eo.batch = static_cast<int>(run.B);
+  eo.seq = static_cast<int>(run.T);
+  eo.param16_type = run.fp16 ? kernels::DType::kF16 : kernels::DType::kBf16;
   eo.moment_type = MomentType(c);
   eo.stochastic_moments = c.zinf.optimizer_state_rounding == "stochastic";
   eo.rounding_seed = c.zinf.seed;
   eo.params_on_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
   eo.optimizer_on_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
-  eo.micro_batches = static_cast<uint32_t>(gas);
+  eo.micro_batches = static_cast<uint32_t>(run.gas);
   eo.adam.threads = static_cast<int>(c.zinf.adam_threads);
-  eo.tracer = tracer.get();
+  eo.tracer = run.tracer.get();
   // Checkpoints of NVMe-homed state keep generations of it in the swap file.
-  ZINF_ASSIGN_OR_RETURN(eo.state_generations,
-                        StateGenerations(c, resume_from && !repartition ? &*resume_from : nullptr));
-  eo.verify_state_reads = ck.verify_state_reads;
+  ZINF_ASSIGN_OR_RETURN(eo.state_generations, StateGenerations(c, resume.exact()));
+  eo.verify_state_reads = c.zinf.checkpoint.verify_state_reads;
   eo.comm = ranks.partition_comm();  // HYBRID_SHARD: the node's ranks
   eo.replica_comm = ranks.replica_comm.get();
   // ZeRO-1/2 across ranks: the optimizer state (and the gradients) partitioned, stepped after
@@ -225,63 +263,72 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   // training thread); ZeRO-3's step has none (each rank writes its own shards home), so it runs
   // under the next forward as one rank's does.
   if (eo.partition_optimizer && !eo.partition_params) eo.async_optimizer = false;
-  bool swap_in_checkpoint = false;
-  if (resume_from && !repartition) {
-    for (const auto& f : resume_from->files) swap_in_checkpoint |= f.kind == "swap";
+  return Status::Ok();
+}
+
+// No other run uses this run's swap files.
+Status CheckSwapFiles(const Config& c, const ResumeSource& resume) {
+  if (!UsesNvme(c)) return Status::Ok();
+  std::vector<std::string> swap_dirs = c.zinf.stripe_paths;
+  if (swap_dirs.empty()) swap_dirs.push_back(c.SwapDir());
+  // Re-partitioning reads the checkpoint's state from its swap files: this run's must be
+  // others (the resumed checkpoint counts as any other).
+  Status free = CheckSwapFilesFree(swap_dirs, resume.repartition ? std::string() : resume.dir);
+  if (resume.repartition) {
+    free = free.WithContext("a resume on another world size reads the checkpoint's optimizer "
+                            "state from its swap files, which this run must leave alone");
   }
-  if (UsesNvme(c)) {
-    std::vector<std::string> swap_dirs = c.zinf.stripe_paths;
-    if (swap_dirs.empty()) swap_dirs.push_back(c.SwapDir());
-    // Re-partitioning reads the checkpoint's state from its swap files: this run's must be
-    // others (the resumed checkpoint counts as any other).
-    Status free = CheckSwapFilesFree(swap_dirs, repartition ? std::string() : resume_dir);
-    if (repartition) {
-      free = free.WithContext("a resume on another world size reads the checkpoint's optimizer "
-                              "state from its swap files, which this run must leave alone");
-    }
-    ZINF_RETURN_IF_ERROR(free);
+  return free;
+}
+
+// The units a resumed checkpoint kept in memory (none recorded: nullopt).
+std::optional<std::vector<std::string>> RecordedInMemory(const TrainRun& run,
+                                                         const ResumeSource& resume) {
+  const ckpt::Manifest* from = resume.exact();
+  if (from == nullptr || !run.eo.optimizer_on_nvme) return std::nullopt;
+  std::optional<std::vector<std::string>> names;
+  const std::string then = from->training.value("optimizer_state", std::string());
+  if (then == "mixed") {
+    names = from->training.value("optimizer_state_in_memory", std::vector<std::string>());
+  } else if (then == "nvme") {
+    names.emplace();  // no unit in memory
+  } else if (then == "memory" && RecordedStateDevice(*from) == "nvme") {
+    names.emplace();  // every unit in memory, placed there from NVMe
+    for (uint32_t u = 0; u < run.dims.units(); ++u) names->push_back(run.dims.UnitName(u));
   }
+  return names;
+}
+
+// The budgets and each unit's optimizer state on NVMe or in memory (--placement,
+// zinf.budgets.host_bytes; a resume keeps its checkpoint's).
+Result<StateLayout> PlaceState(const TrainOptions& opt, TrainRun& run,
+                               const ResumeSource& resume) {
+  const Config& c = run.c;
+  const GptDims& dims = run.dims;
+  ExecutorOptions& eo = run.eo;
+  StateLayout l{.rc = c};
   // An automatic pinned budget is what this run wants (every shard's host copy and the
   // optimizer's slabs), within what the machine allows: a small model does not lock 2 GiB.
-  Config rc = c;
-  if (!rc.zinf.budgets.pinned_bytes) {
+  if (!l.rc.zinf.budgets.pinned_bytes) {
     const uint64_t wanted = PinnedBytesWanted(dims, eo);
-    rc.zinf.budgets.pinned_bytes = AutoPinnedBudget(dims, c, eo);
+    l.rc.zinf.budgets.pinned_bytes = AutoPinnedBudget(dims, c, eo);
     Log().info("train: pinned budget auto: {} ({} bytes; the run wants {}, the machine allows {})",
-               FormatBytesHuman(*rc.zinf.budgets.pinned_bytes), *rc.zinf.budgets.pinned_bytes,
+               FormatBytesHuman(*l.rc.zinf.budgets.pinned_bytes), *l.rc.zinf.budgets.pinned_bytes,
                FormatBytesHuman(wanted), FormatBytesHuman(AutoPinnedCap()));
   }
-  // Each unit's optimizer state on NVMe or in memory (--placement, zinf.budgets.host_bytes; a
-  // resume keeps its checkpoint's).
-  std::optional<std::vector<std::string>> recorded_in_memory;
-  if (resume_from && !repartition && eo.optimizer_on_nvme) {
-    const std::string then = resume_from->training.value("optimizer_state", std::string());
-    if (then == "mixed") {
-      recorded_in_memory =
-          resume_from->training.value("optimizer_state_in_memory", std::vector<std::string>());
-    } else if (then == "nvme") {
-      recorded_in_memory.emplace();  // no unit in memory
-    } else if (then == "memory" && RecordedStateDevice(*resume_from) == "nvme") {
-      recorded_in_memory.emplace();  // every unit in memory, placed there from NVMe
-      for (uint32_t u = 0; u < dims.units(); ++u) recorded_in_memory->push_back(dims.UnitName(u));
-    }
-  }
-  const uint32_t world32 = static_cast<uint32_t>(ranks.shard_world());
-  const uint32_t rank32 = static_cast<uint32_t>(ranks.shard_rank());
+  const std::optional<std::vector<std::string>> recorded = RecordedInMemory(run, resume);
+  const uint32_t world32 = static_cast<uint32_t>(run.ranks.shard_world());
+  const uint32_t rank32 = static_cast<uint32_t>(run.ranks.shard_rank());
   const bool chunked = eo.partition_optimizer;
-  // This rank's share of each unit, as the executor partitions it: its swap file holds only that.
-  const RankShare share{.world = world32, .rank = rank32, .optimizer = eo.partition_optimizer,
-                        .grads = eo.partition_grads, .params = eo.partition_params};
-  const uint64_t pinned_budget = *rc.zinf.budgets.pinned_bytes;
+  const uint64_t pinned_budget = *l.rc.zinf.budgets.pinned_bytes;
   // This rank's share of the memory available: the node's ranks split it (each reads it as it
   // starts; one that reads it after another allocated sees less, never more).
-  const uint64_t node_ranks = static_cast<uint64_t>(std::max(1, ranks.env.local_world));
+  const uint64_t node_ranks = static_cast<uint64_t>(std::max(1, run.ranks.env.local_world));
   const uint64_t mem_available = MemAvailableBytes() / node_ranks;
   // zinf.budgets.host_bytes "auto": sized now from the memory available (a resume keeps its
   // checkpoint's placement instead).
   Config placed = c;
-  if (c.zinf.budgets.host_bytes_auto && eo.optimizer_on_nvme && !recorded_in_memory &&
-      mem_available > 0) {
+  if (c.zinf.budgets.host_bytes_auto && eo.optimizer_on_nvme && !recorded && mem_available > 0) {
     const uint64_t device = DeviceBudgetOf(c);
     placed.zinf.budgets.host_bytes = AutoHostBytes(mem_available, pinned_budget, device);
     Log().info("train: host budget auto: {} ({} available{}, less the pinned budget {}, the "
@@ -291,7 +338,7 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
                FormatBytesHuman(pinned_budget), FormatBytesHuman(device));
   }
   ZINF_ASSIGN_OR_RETURN(
-      const StatePlacement placement,
+      run.placement,
       PlaceOptimizerState(
           dims, placed, opt.placement, StateBytesPerParam(c),
           [&](uint32_t u) {
@@ -300,148 +347,161 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
           },
           // 0: unknown (not checked); 1: nothing left beside the pinned budget.
           mem_available == 0 ? 0 : mem_available > pinned_budget ? mem_available - pinned_budget : 1,
-          recorded_in_memory ? &*recorded_in_memory : nullptr));
+          recorded ? &*recorded : nullptr));
+  const StatePlacement& placement = run.placement;
   if (eo.optimizer_on_nvme) {
     eo.state_in_memory = placement.in_memory;
     Log().info("train: optimizer state placement {}: {}", placement.how, placement.Describe(dims));
   }
-  std::vector<std::string> in_memory_names;
   for (uint32_t u = 0; u < dims.units(); ++u) {
-    if (placement.in_memory[u]) in_memory_names.push_back(dims.UnitName(u));
+    if (placement.in_memory[u]) l.in_memory_names.push_back(dims.UnitName(u));
   }
-  const std::string state_placement =
-      !eo.optimizer_on_nvme                       ? "memory"
-      : placement.memory_bytes == 0               ? "nvme"
-      : in_memory_names.size() == dims.units()    ? "memory"
-                                                  : "mixed";
-  if (state_placement == "mixed" && !placement.in_memory.empty() && in_memory_names.empty()) {
+  l.placement = !eo.optimizer_on_nvme                          ? "memory"
+                : placement.memory_bytes == 0                  ? "nvme"
+                : l.in_memory_names.size() == dims.units()     ? "memory"
+                                                               : "mixed";
+  if (l.placement == "mixed" && !placement.in_memory.empty() && l.in_memory_names.empty()) {
     return Internal("mixed placement without units in memory");
   }
-  if (resume_from && !repartition) {
+  if (const ckpt::Manifest* from = resume.exact()) {
     ZINF_RETURN_IF_ERROR(CheckResumePlacement(
-        *resume_from, state_placement,
-        state_placement == "mixed" ? in_memory_names : std::vector<std::string>{},
+        *from, l.placement, l.Recorded(),
         std::string(OffloadDeviceName(c.zero.offload_optimizer.device))));
   }
+  return l;
+}
+
+// The offload runtime (device, pool, swap file, tiers), the backend and the layer executor.
+Status BuildEngine(const TrainOptions& opt, TrainRun& run, const ResumeSource& resume,
+                   const StateLayout& layout) {
+  const ExecutorOptions& eo = run.eo;
+  // This rank's share of each unit, as the executor partitions it: its swap file holds only that.
+  const RankShare share{.world = static_cast<uint32_t>(run.ranks.shard_world()),
+                        .rank = static_cast<uint32_t>(run.ranks.shard_rank()),
+                        .optimizer = eo.partition_optimizer,
+                        .grads = eo.partition_grads,
+                        .params = eo.partition_params};
+  bool swap_in_checkpoint = false;
+  if (const ckpt::Manifest* from = resume.exact()) {
+    for (const auto& f : from->files) swap_in_checkpoint |= f.kind == "swap";
+  }
   ZINF_ASSIGN_OR_RETURN(
-      auto rt, MakeOffloadRuntime(rc, {.swap_bytes = SwapBytes(dims, c, eo.state_generations,
-                                                                 placement.in_memory, share),
-                                       .tracer = tracer.get(),
-                                       .device_kind = opt.device,
-                                       .cuda_ordinal = ranks.cuda_ordinal,
-                                       .h2d_gbps = opt.h2d_gbps,
-                                       .keep_swap_files = eo.state_generations > 1,
-                                       .reuse_swap_files = swap_in_checkpoint,
-                                       .wrap_backend = opt.wrap_backend}));
-  ZINF_ASSIGN_OR_RETURN(Stream * compute, rt->device->CreateStream("compute"));
-  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Backend<float>> backend,
-                        MakeBackend(*rt->device, compute, c.zinf.adam_threads,
-                                    rt->arena.get()));
-  ZINF_ASSIGN_OR_RETURN(auto ex, LayerExecutor::Create(*rt, *backend, compute, dims, eo));
+      run.rt, MakeOffloadRuntime(
+                  layout.rc,
+                  {.swap_bytes = SwapBytes(run.dims, run.c, eo.state_generations,
+                                           run.placement.in_memory, share),
+                   .tracer = run.tracer.get(),
+                   .device_kind = opt.device,
+                   .cuda_ordinal = run.ranks.cuda_ordinal,
+                   .h2d_gbps = opt.h2d_gbps,
+                   .keep_swap_files = eo.state_generations > 1,
+                   .reuse_swap_files = swap_in_checkpoint,
+                   .wrap_backend = opt.wrap_backend}));
+  ZINF_ASSIGN_OR_RETURN(run.compute, run.rt->device->CreateStream("compute"));
+  ZINF_ASSIGN_OR_RETURN(run.backend, MakeBackend(*run.rt->device, run.compute,
+                                                 run.c.zinf.adam_threads, run.rt->arena.get()));
+  ZINF_ASSIGN_OR_RETURN(run.ex,
+                        LayerExecutor::Create(*run.rt, *run.backend, run.compute, run.dims, eo));
+  return Status::Ok();
+}
 
-  auto t_init = TrainClock::now();
-  if (resume_from) {
-    ZINF_RETURN_IF_ERROR(CheckResumable(*resume_from, c, ex->SwapFilePaths(), state_placement,
-                                        state_placement == "mixed" ? in_memory_names
-                                                                   : std::vector<std::string>{},
-                                        repartition));
-    if (repartition) {
-      ZINF_RETURN_IF_ERROR(RestoreRepartitioned(
-          *ex, old_parts, resumed.step, static_cast<uint32_t>(ranks.shard_rank()),
-          static_cast<uint32_t>(ranks.shard_world()), PartitionRuleOf(c)));
-    } else {
-      ZINF_RETURN_IF_ERROR(RestoreOptimizerState(*ex, *resume_from));
-    }
-    ZINF_RETURN_IF_ERROR(scaler.Restore(resumed.scaler));
-    train_data.Seek(resumed.data_position);
-    Log().info("train: resumed from {} (step {}, {} applied, {} skipped)", resume_dir,
-               resumed.step, resumed.applied, resumed.skipped);
-  } else if (!opt.init_path.empty()) {
-    ZINF_RETURN_IF_ERROR(LoadWeights(*ex, opt.init_path));
+// The weights and the optimizer state: a resume's (re-partitioned or not), --init's, or new.
+Status InitOrRestore(const TrainOptions& opt, TrainRun& run, const ResumeSource& resume,
+                     const StateLayout& layout) {
+  const Config& c = run.c;
+  LayerExecutor& ex = *run.ex;
+  if (!resume.from) {
+    if (!opt.init_path.empty()) return LoadWeights(ex, opt.init_path);
+    return ex.InitWeights(c.zinf.seed);
+  }
+  ZINF_RETURN_IF_ERROR(CheckResumable(*resume.from, c, ex.SwapFilePaths(), layout.placement,
+                                      layout.Recorded(), resume.repartition));
+  if (resume.repartition) {
+    ZINF_RETURN_IF_ERROR(RestoreRepartitioned(
+        ex, resume.old_parts, run.resumed.step, static_cast<uint32_t>(run.ranks.shard_rank()),
+        static_cast<uint32_t>(run.ranks.shard_world()), PartitionRuleOf(c)));
   } else {
-    ZINF_RETURN_IF_ERROR(ex->InitWeights(c.zinf.seed));
+    ZINF_RETURN_IF_ERROR(RestoreOptimizerState(ex, *resume.from));
   }
-  std::unique_ptr<Checkpointer> checkpointer;
-  if (!ck.dir.empty()) {
-    std::optional<uint64_t> resumed_step, resumed_elsewhere;
-    if (resume_from &&
-        SamePath(std::filesystem::path(resume_dir).parent_path().string(), ck.dir)) {
-      resumed_step = resumed.step;
-    } else if (resume_from) {
-      resumed_elsewhere = resumed.step;
-    }
-    ZINF_ASSIGN_OR_RETURN(checkpointer,
-                          Checkpointer::Create({.root = ck.dir,
-                                                .keep = ck.keep,
-                                                .config = shared,  // not this rank's paths
-                                                .run = {.steps_total = opt.steps,
-                                                        .data = AbsolutePath(opt.data_path),
-                                                        .val_data = AbsolutePath(opt.val_data_path),
-                                                        .data_format = std::string(
-                                                            DataFormatName(opt.data_format)),
-                                                        .synthetic_bytes = opt.synthetic_bytes,
-                                                        .val_fraction = opt.val_fraction,
-                                                        .eval_every = opt.eval_every,
-                                                        .eval_batches = opt.eval_batches},
-                                                // state.bin (12 or 8 bytes a parameter) and
-                                                // room for its manifest
-                                                .bytes_per_checkpoint =
-                                                    ex->StateBytesInMemory() > 0
-                                                        ? ex->StateBytesInMemory() + (64 << 10)
-                                                        : 0,
-                                                .state_on_nvme = ex->StateBytesOnNvme() > 0,
-                                                .state_placement = state_placement,
-                                                .state_in_memory_units =
-                                                    state_placement == "mixed"
-                                                        ? in_memory_names
-                                                        : std::vector<std::string>{},
-                                                .swap_files = ex->SwapFilePaths(),
-                                                .stripe_bytes = ex->SwapStripeBytes(),
-                                                .resumed_step = resumed_step,
-                                                .state_generations = eo.state_generations,
-                                                .release_after_first_commit =
-                                                    resumed_elsewhere,
-                                                .rank = static_cast<uint32_t>(ranks.rank()),
-                                                .world = static_cast<uint32_t>(ranks.world()),
-                                                .partition = PartitionRuleOf(c),
-                                                .chunks = static_cast<uint32_t>(
-                                                    ranks.shard_comm ? ranks.shard_world() : 0),
-                                                .part_timeout_seconds = static_cast<double>(
-                                                    c.zinf.comm.timeout_seconds)}));
-    // What Create left of the root's older checkpoints stays untouched until pruned.
-    if (resumed_step && ex->StateBytesOnNvme() > 0) {
-      ZINF_RETURN_IF_ERROR(
-          ProtectKeptCheckpoints(*ex, *resume_from, ex->SwapFilePaths(), ck.keep));
-    }
-  }
-  Log().info("train: {} parameters ({} layers, width {}, {} heads, seq {}, vocab {}), "
-              "micro-batch {} x {} accumulation, {} on {}; weights ready in {:.1f} s",
-              dims.TotalParams(), dims.L, dims.C, dims.NH, T, dims.V, B, gas, backend->name(),
-              rt->device->Describe(), SecondsSince(t_init));
+  ZINF_RETURN_IF_ERROR(run.scaler->Restore(run.resumed.scaler));
+  run.train_data->Seek(run.resumed.data_position);
+  Log().info("train: resumed from {} (step {}, {} applied, {} skipped)", resume.dir,
+             run.resumed.step, run.resumed.applied, run.resumed.skipped);
+  return Status::Ok();
+}
 
+// The checkpointer of zinf.checkpoint.dir (none without one).
+Status MakeCheckpointer(const TrainOptions& opt, TrainRun& run, const ResumeSource& resume,
+                        const StateLayout& layout) {
+  const Config& c = run.c;
+  const CheckpointConfig& ck = c.zinf.checkpoint;
+  if (ck.dir.empty()) return Status::Ok();
+  LayerExecutor& ex = *run.ex;
+  const Ranks& ranks = run.ranks;
+  std::optional<uint64_t> resumed_step, resumed_elsewhere;
+  if (resume.from &&
+      SamePath(std::filesystem::path(resume.dir).parent_path().string(), ck.dir)) {
+    resumed_step = run.resumed.step;
+  } else if (resume.from) {
+    resumed_elsewhere = run.resumed.step;
+  }
+  const RecordedRun recorded{.steps_total = opt.steps,
+                             .data = AbsolutePath(opt.data_path),
+                             .val_data = AbsolutePath(opt.val_data_path),
+                             .data_format = std::string(DataFormatName(opt.data_format)),
+                             .synthetic_bytes = opt.synthetic_bytes,
+                             .val_fraction = opt.val_fraction,
+                             .eval_every = opt.eval_every,
+                             .eval_batches = opt.eval_batches};
+  ZINF_ASSIGN_OR_RETURN(
+      run.checkpointer,
+      Checkpointer::Create(
+          {.root = ck.dir,
+           .keep = ck.keep,
+           .config = run.shared,  // not this rank's paths
+           .run = recorded,
+           // state.bin (12 or 8 bytes a parameter) and room for its manifest
+           .bytes_per_checkpoint =
+               ex.StateBytesInMemory() > 0 ? ex.StateBytesInMemory() + (64 << 10) : 0,
+           .state_on_nvme = ex.StateBytesOnNvme() > 0,
+           .state_placement = layout.placement,
+           .state_in_memory_units = layout.Recorded(),
+           .swap_files = ex.SwapFilePaths(),
+           .stripe_bytes = ex.SwapStripeBytes(),
+           .resumed_step = resumed_step,
+           .state_generations = run.eo.state_generations,
+           .release_after_first_commit = resumed_elsewhere,
+           .rank = static_cast<uint32_t>(ranks.rank()),
+           .world = static_cast<uint32_t>(ranks.world()),
+           .partition = PartitionRuleOf(c),
+           .chunks = static_cast<uint32_t>(ranks.shard_comm ? ranks.shard_world() : 0),
+           .part_timeout_seconds = static_cast<double>(c.zinf.comm.timeout_seconds)}));
+  // What Create left of the root's older checkpoints stays untouched until pruned.
+  if (resumed_step && ex.StateBytesOnNvme() > 0) {
+    ZINF_RETURN_IF_ERROR(ProtectKeptCheckpoints(ex, *resume.from, ex.SwapFilePaths(), ck.keep));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   auto run = std::make_unique<TrainRun>();
-  run->shared = std::move(shared);
-  run->c = cfg;
-  run->ranks = std::move(ranks);
-  run->resumed = std::move(resumed);
-  run->dims = dims;
-  run->B = B;
-  run->T = T;
-  run->gas = gas;
-  run->fp16 = fp16;
-  run->train_data.emplace(std::move(train_data));
-  run->val_data = std::move(val_data);
-  run->schedule.emplace(std::move(schedule));
-  run->scaler.emplace(std::move(scaler));
-  run->trace_path = trace_path;
-  run->tracer = std::move(tracer);
-  run->eo = eo;
-  run->placement = placement;
-  run->rt = std::move(rt);
-  run->compute = compute;
-  run->backend = std::move(backend);
-  run->ex = std::move(ex);
-  run->checkpointer = std::move(checkpointer);
+  ZINF_RETURN_IF_ERROR(JoinRun(opt, *run));
+  ZINF_ASSIGN_OR_RETURN(const ResumeSource resume, ReadResume(opt, *run));
+  ZINF_RETURN_IF_ERROR(LoadData(opt, *run, resume));
+  ZINF_RETURN_IF_ERROR(SetExecutorOptions(opt, *run, resume));
+  ZINF_RETURN_IF_ERROR(CheckSwapFiles(run->c, resume));
+  ZINF_ASSIGN_OR_RETURN(const StateLayout layout, PlaceState(opt, *run, resume));
+  ZINF_RETURN_IF_ERROR(BuildEngine(opt, *run, resume, layout));
+  const auto t_init = TrainClock::now();
+  ZINF_RETURN_IF_ERROR(InitOrRestore(opt, *run, resume, layout));
+  ZINF_RETURN_IF_ERROR(MakeCheckpointer(opt, *run, resume, layout));
+  const GptDims& d = run->dims;
+  Log().info("train: {} parameters ({} layers, width {}, {} heads, seq {}, vocab {}), "
+             "micro-batch {} x {} accumulation, {} on {}; weights ready in {:.1f} s",
+             d.TotalParams(), d.L, d.C, d.NH, run->T, d.V, run->B, run->gas,
+             run->backend->name(), run->rt->device->Describe(), SecondsSince(t_init));
   return run;
 }
 
