@@ -166,103 +166,113 @@ struct SizeResult {
   double adam_ns_per_element = 0, adam_gbps = 0, copy_gbps = 0;
 };
 
-int RunSize(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant resolved,
-            std::vector<SizeResult>* results) {
-  auto fail = [](const Status& s, int code) {
-    fmt::print(stderr, "zinf bench-adam: {}\n", s.ToString());
-    return code;
-  };
-  const Result<kernels::KernelVariant> variant = resolved;
-
-  kernels::KernelOptions kopt;
-  kopt.variant = *variant;
-  kopt.threads = c.threads;
-  kopt.chunk_elems = c.chunk;
-  kernels::AdamOptions aopt;
-  aopt.variant = *variant;
-  aopt.threads = c.threads;
-  aopt.chunk_elems = c.chunk;
-  aopt.check_finite = a.check_finite;
-  aopt.stream_param16 = c.stream_param16;
-
-  const size_t n = c.n;
-  const size_t calls = CallsPerSample(n);
-  // The baseline is the plain fp32 step (fp32 gradients and state, no 16-bit copy, no
-  // pre-scan). When the configured step differs from it, both run interleaved in this process
-  // so that the ratio of their times is measured under the same conditions.
-  const bool plain =
-      c.grad == DType::kF32 && c.state == DType::kF32 && !c.has_param16 && !a.check_finite;
-  const bool with_baseline = !plain && !a.no_baseline;
+// The benchmark's buffers, each touched by the kernels' threads; a pointer is nullptr where its
+// allocation failed.
+struct Buffers {
   std::vector<Buffer> owned;
+  float* param = nullptr;
+  void* grad = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
+  void* param16 = nullptr;
+  float* probe_a = nullptr;
+  float* probe_b = nullptr;
+  float* probe_c = nullptr;
+  float* grad32 = nullptr;
+  void* exp_avg32 = nullptr;
+  void* exp_avg_sq32 = nullptr;
+};
+
+Status AllocateBuffers(const BenchAdamArgs& a, const Config& c,
+                       const kernels::KernelOptions& kopt, bool with_baseline, Buffers& bufs) {
+  const size_t n = c.n;
   auto buffer = [&](size_t bytes) -> unsigned char* {
     Result<Buffer> b = Allocate(bytes, !a.no_huge_pages);
     if (!b.ok()) return nullptr;
     if (!kernels::TouchPages(b->get(), bytes, kopt).ok()) return nullptr;
-    owned.push_back(std::move(*b));
-    return owned.back().get();
+    bufs.owned.push_back(std::move(*b));
+    return bufs.owned.back().get();
   };
-  float* param = reinterpret_cast<float*>(buffer(n * 4));
-  void* grad = buffer(n * kernels::DTypeSize(c.grad));
-  void* exp_avg = buffer(n * kernels::DTypeSize(c.state));
-  void* exp_avg_sq = buffer(n * kernels::DTypeSize(c.state));
-  void* param16 = c.has_param16 ? buffer(n * 2) : nullptr;
-  float* probe_a = reinterpret_cast<float*>(buffer(n * 4));
-  float* probe_b = reinterpret_cast<float*>(buffer(n * 4));
-  float* probe_c = reinterpret_cast<float*>(buffer(n * 4));
+  bufs.param = reinterpret_cast<float*>(buffer(n * 4));
+  bufs.grad = buffer(n * kernels::DTypeSize(c.grad));
+  bufs.exp_avg = buffer(n * kernels::DTypeSize(c.state));
+  bufs.exp_avg_sq = buffer(n * kernels::DTypeSize(c.state));
+  bufs.param16 = c.has_param16 ? buffer(n * 2) : nullptr;
+  bufs.probe_a = reinterpret_cast<float*>(buffer(n * 4));
+  bufs.probe_b = reinterpret_cast<float*>(buffer(n * 4));
+  bufs.probe_c = reinterpret_cast<float*>(buffer(n * 4));
   // The baseline shares param, and the gradients and state when they are fp32.
   const bool own_grad32 = with_baseline && c.grad != DType::kF32;
   const bool own_state32 = with_baseline && c.state != DType::kF32;
-  float* grad32 =
-      own_grad32 ? reinterpret_cast<float*>(buffer(n * 4)) : reinterpret_cast<float*>(grad);
-  void* exp_avg32 = own_state32 ? buffer(n * 4) : exp_avg;
-  void* exp_avg_sq32 = own_state32 ? buffer(n * 4) : exp_avg_sq;
-  const void* all[] = {param,   grad,    exp_avg, exp_avg_sq, probe_a,
-                       probe_b, probe_c, grad32,  exp_avg32,  exp_avg_sq32};
+  bufs.grad32 = own_grad32 ? reinterpret_cast<float*>(buffer(n * 4))
+                           : reinterpret_cast<float*>(bufs.grad);
+  bufs.exp_avg32 = own_state32 ? buffer(n * 4) : bufs.exp_avg;
+  bufs.exp_avg_sq32 = own_state32 ? buffer(n * 4) : bufs.exp_avg_sq;
+  const void* all[] = {bufs.param,   bufs.grad,    bufs.exp_avg, bufs.exp_avg_sq,
+                       bufs.probe_a, bufs.probe_b, bufs.probe_c, bufs.grad32,
+                       bufs.exp_avg32, bufs.exp_avg_sq32};
   for (const void* p : all) {
     if (p == nullptr) {
-      return fail(ResourceExhausted(fmt::format("cannot allocate the buffers for {} elements "
-                                                "(about {} each)",
-                                                n, FormatBytesHuman(n * 4))),
-                  1);
+      return ResourceExhausted(fmt::format("cannot allocate the buffers for {} elements "
+                                           "(about {} each)",
+                                           n, FormatBytesHuman(n * 4)));
     }
   }
-  if (c.has_param16 && param16 == nullptr) {
-    return fail(ResourceExhausted("cannot allocate the param16 buffer"), 1);
+  if (c.has_param16 && bufs.param16 == nullptr) {
+    return ResourceExhausted("cannot allocate the param16 buffer");
   }
+  return Status::Ok();
+}
+
+Status FillBuffers(const Config& c, const kernels::KernelOptions& kopt, bool with_baseline,
+                   const Buffers& b) {
+  const size_t n = c.n;
   // Parameters ~ [-1, 1), gradients ~ 1e-3 * [-1, 1), state zero (TouchPages wrote zeros).
   kernels::ParallelForChunks(n, {c.threads, c.chunk}, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      param[i] = Pattern(i, 1);
-      probe_a[i] = 1e-3f * Pattern(i, 4);
-      probe_b[i] = Pattern(i, 2);
-      probe_c[i] = Pattern(i, 3);
+      b.param[i] = Pattern(i, 1);
+      b.probe_a[i] = 1e-3f * Pattern(i, 4);
+      b.probe_b[i] = Pattern(i, 2);
+      b.probe_c[i] = Pattern(i, 3);
     }
   });
   // Gradients: the fp32 pattern (in probe_a for now) copied or rounded to each buffer.
+  const bool own_grad32 = with_baseline && c.grad != DType::kF32;
   if (c.grad != DType::kF32) {
-    if (Status s = kernels::CastFromF32(probe_a, grad, c.grad, n, kopt); !s.ok()) return fail(s, 1);
+    ZINF_RETURN_IF_ERROR(kernels::CastFromF32(b.probe_a, b.grad, c.grad, n, kopt));
   }
   if (c.grad == DType::kF32 || own_grad32) {
-    if (Status s = kernels::StreamingCopy(grad32, probe_a, n, kopt); !s.ok()) return fail(s, 1);
+    ZINF_RETURN_IF_ERROR(kernels::StreamingCopy(b.grad32, b.probe_a, n, kopt));
   }
+  return Status::Ok();
+}
 
+// Per-call seconds of each kernel, one sample per iteration.
+struct Timings {
+  std::vector<double> adam, base, rel, copy, triad, scan;
+};
+
+Status TimeKernels(const Config& c, const kernels::KernelOptions& kopt,
+                   const kernels::AdamOptions& aopt, const Buffers& b, bool with_baseline,
+                   size_t calls, Timings& t) {
+  const size_t n = c.n;
   kernels::AdamBuffers ab;
-  ab.param = param;
-  ab.grad = grad;
+  ab.param = b.param;
+  ab.grad = b.grad;
   ab.grad_type = c.grad;
-  ab.exp_avg = exp_avg;
-  ab.exp_avg_sq = exp_avg_sq;
+  ab.exp_avg = b.exp_avg;
+  ab.exp_avg_sq = b.exp_avg_sq;
   ab.state_type = c.state;
   ab.stochastic_state = c.stochastic_state;
   ab.state_seed = 1;
-  ab.param16_out = param16;
+  ab.param16_out = b.param16;
   ab.param16_type = c.param16;
   ab.n = n;
   kernels::AdamBuffers base = ab;
-  base.grad = grad32;
+  base.grad = b.grad32;
   base.grad_type = DType::kF32;
-  base.exp_avg = exp_avg32;
-  base.exp_avg_sq = exp_avg_sq32;
+  base.exp_avg = b.exp_avg32;
+  base.exp_avg_sq = b.exp_avg_sq32;
   base.state_type = DType::kF32;
   base.param16_out = nullptr;
   kernels::AdamOptions base_opt = aopt;
@@ -278,13 +288,15 @@ int RunSize(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant reso
   auto adam_step = [&] { step(ab, aopt); };
   auto baseline_step = [&] { step(base, base_opt); };
   auto copy = [&] {
-    if (Status s = kernels::StreamingCopy(probe_a, probe_b, n, kopt); !s.ok()) error = s;
+    if (Status s = kernels::StreamingCopy(b.probe_a, b.probe_b, n, kopt); !s.ok()) error = s;
   };
   auto triad = [&] {
-    if (Status s = kernels::Triad(probe_a, probe_b, probe_c, 0.5f, n, kopt); !s.ok()) error = s;
+    if (Status s = kernels::Triad(b.probe_a, b.probe_b, b.probe_c, 0.5f, n, kopt); !s.ok()) {
+      error = s;
+    }
   };
   auto scan = [&] {
-    Result<bool> r = kernels::AllFinite(grad, c.grad, n, kopt);
+    Result<bool> r = kernels::AllFinite(b.grad, c.grad, n, kopt);
     if (!r.ok()) error = r.status();
   };
 
@@ -299,95 +311,159 @@ int RunSize(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant reso
            }) /
            static_cast<double>(calls);
   };
-  std::vector<double> t_adam, t_base, t_rel, t_copy, t_triad, t_scan;
   for (int k = 0; k < c.iters; ++k) {
-    t_adam.push_back(timed(adam_step));
+    t.adam.push_back(timed(adam_step));
     if (with_baseline) {
-      t_base.push_back(timed(baseline_step));
-      t_rel.push_back(t_adam.back() / t_base.back());
+      t.base.push_back(timed(baseline_step));
+      t.rel.push_back(t.adam.back() / t.base.back());
     }
-    t_copy.push_back(timed(copy));
-    t_triad.push_back(timed(triad));
-    t_scan.push_back(timed(scan));
-    if (!error.ok()) return fail(error, 1);
+    t.copy.push_back(timed(copy));
+    t.triad.push_back(timed(triad));
+    t.scan.push_back(timed(scan));
+    if (!error.ok()) return error;
   }
+  return Status::Ok();
+}
 
-  const size_t adam_bpe = kernels::AdamBytesPerElement(c.grad, c.state, c.has_param16);
-  const double adam_s = Median(t_adam), copy_s = Median(t_copy), triad_s = Median(t_triad),
-               scan_s = Median(t_scan);
+// The medians and the rates derived from them.
+struct Rates {
+  size_t adam_bpe = 0;
+  double adam_s = 0, copy_s = 0, triad_s = 0, scan_s = 0;
+  double adam_gbps = 0, copy_gbps = 0, triad_gbps = 0, scan_gbps = 0;
+};
+
+Rates ComputeRates(const Config& c, const Timings& t) {
+  Rates r;
+  r.adam_bpe = kernels::AdamBytesPerElement(c.grad, c.state, c.has_param16);
+  r.adam_s = Median(t.adam);
+  r.copy_s = Median(t.copy);
+  r.triad_s = Median(t.triad);
+  r.scan_s = Median(t.scan);
+  const double nd = static_cast<double>(c.n);
+  r.adam_gbps = r.adam_bpe * nd / r.adam_s / 1e9;
+  r.copy_gbps = 8 * nd / r.copy_s / 1e9;
+  r.triad_gbps = 12 * nd / r.triad_s / 1e9;
+  r.scan_gbps = kernels::DTypeSize(c.grad) * nd / r.scan_s / 1e9;
+  return r;
+}
+
+std::string Param16Name(const Config& c) {
+  return c.has_param16 ? std::string(kernels::DTypeName(c.param16)) : "none";
+}
+
+void PrintSizeJson(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant variant,
+                   size_t calls, bool with_baseline, const Timings& t, const Rates& r) {
+  const size_t n = c.n;
   const double nd = static_cast<double>(n);
-  const double adam_gbps = adam_bpe * nd / adam_s / 1e9;
-  const double copy_gbps = 8 * nd / copy_s / 1e9;
-  const double triad_gbps = 12 * nd / triad_s / 1e9;
-  const double scan_gbps = kernels::DTypeSize(c.grad) * nd / scan_s / 1e9;
-  const int threads = kernels::ResolveThreads(c.threads);
-  const std::string variant_name(kernels::VariantName(*variant));
-  const std::string p16_name = c.has_param16 ? std::string(kernels::DTypeName(c.param16)) : "none";
-
-  if (a.json) {
-    nlohmann::json j;
-    j["variant"] = variant_name;
-    j["elements"] = n;
-    j["threads"] = threads;
-    j["grad"] = std::string(kernels::DTypeName(c.grad));
-    j["state"] = std::string(kernels::DTypeName(c.state));
-    j["state_rounding"] = c.stochastic_state ? "stochastic" : "nearest";
-    j["param16"] = p16_name;
-    j["stream_param16"] = c.stream_param16;
-    j["huge_pages"] = !a.no_huge_pages;
-    j["check_finite"] = a.check_finite;
-    j["iters"] = c.iters;
-    j["calls_per_sample"] = calls;
-    j["chunk_elems"] = c.chunk;
-    j["bytes_per_element"] = adam_bpe;
-    j["adam_ms"] = adam_s * 1e3;
-    j["adam_gbps"] = adam_gbps;
-    j["ns_per_element"] = adam_s * 1e9 / nd;
-    j["copy_gbps"] = copy_gbps;
-    j["triad_gbps"] = triad_gbps;
-    j["ratio"] = adam_gbps / copy_gbps;
-    if (with_baseline) {
-      // The plain fp32 step timed interleaved with this one; vs_baseline = median over the
-      // iterations of (this step's time / the baseline's time).
-      j["baseline_ms"] = Median(t_base) * 1e3;
-      j["vs_baseline"] = Median(t_rel);
-    }
-    j["finite_scan_ms"] = scan_s * 1e3;
-    j["finite_scan_gbps"] = scan_gbps;
-    // What check_finite costs relative to a step without it.
-    j["finite_scan_fraction"] = scan_s / (a.check_finite ? adam_s - scan_s : adam_s);
-    j["cpu_features"] = kernels::DescribeCpuFeatures(kernels::DetectCpuFeatures());
-    fmt::print("{}\n", j.dump());
-    return 0;
+  nlohmann::json j;
+  j["variant"] = std::string(kernels::VariantName(variant));
+  j["elements"] = n;
+  j["threads"] = kernels::ResolveThreads(c.threads);
+  j["grad"] = std::string(kernels::DTypeName(c.grad));
+  j["state"] = std::string(kernels::DTypeName(c.state));
+  j["state_rounding"] = c.stochastic_state ? "stochastic" : "nearest";
+  j["param16"] = Param16Name(c);
+  j["stream_param16"] = c.stream_param16;
+  j["huge_pages"] = !a.no_huge_pages;
+  j["check_finite"] = a.check_finite;
+  j["iters"] = c.iters;
+  j["calls_per_sample"] = calls;
+  j["chunk_elems"] = c.chunk;
+  j["bytes_per_element"] = r.adam_bpe;
+  j["adam_ms"] = r.adam_s * 1e3;
+  j["adam_gbps"] = r.adam_gbps;
+  j["ns_per_element"] = r.adam_s * 1e9 / nd;
+  j["copy_gbps"] = r.copy_gbps;
+  j["triad_gbps"] = r.triad_gbps;
+  j["ratio"] = r.adam_gbps / r.copy_gbps;
+  if (with_baseline) {
+    // The plain fp32 step timed interleaved with this one; vs_baseline = median over the
+    // iterations of (this step's time / the baseline's time).
+    j["baseline_ms"] = Median(t.base) * 1e3;
+    j["vs_baseline"] = Median(t.rel);
   }
+  j["finite_scan_ms"] = r.scan_s * 1e3;
+  j["finite_scan_gbps"] = r.scan_gbps;
+  // What check_finite costs relative to a step without it.
+  j["finite_scan_fraction"] = r.scan_s / (a.check_finite ? r.adam_s - r.scan_s : r.adam_s);
+  j["cpu_features"] = kernels::DescribeCpuFeatures(kernels::DetectCpuFeatures());
+  fmt::print("{}\n", j.dump());
+}
+
+void PrintSizeTable(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant variant,
+                    size_t calls, bool with_baseline, const Timings& t, const Rates& r) {
+  const size_t n = c.n;
+  const double nd = static_cast<double>(n);
   fmt::print(
       "zinf bench-adam: {} elements ({}), {} threads, variant {}, grad {}, state {}{}, "
       "param16 {}{}{}; medians of {} iterations{}\n",
-      n, FormatBytesShort(n), threads, variant_name, kernels::DTypeName(c.grad),
+      n, FormatBytesShort(n), kernels::ResolveThreads(c.threads),
+      std::string(kernels::VariantName(variant)), kernels::DTypeName(c.grad),
       kernels::DTypeName(c.state),
       c.state == DType::kBf16 ? (c.stochastic_state ? " (stochastic)" : " (nearest)") : "",
-      p16_name,
+      Param16Name(c),
       c.has_param16 && c.stream_param16 ? " (streaming stores)" : "",
       a.check_finite ? ", check_finite on" : "", c.iters,
       calls > 1 ? fmt::format(" of {} calls each (times per call)", calls) : "");
   fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n", "adam step",
-             adam_bpe, adam_gbps, adam_s * 1e9 / nd, adam_s * 1e3);
+             r.adam_bpe, r.adam_gbps, r.adam_s * 1e9 / nd, r.adam_s * 1e3);
   fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n",
-             "copy (streaming)", 8, copy_gbps, copy_s * 1e9 / nd, copy_s * 1e3);
+             "copy (streaming)", 8, r.copy_gbps, r.copy_s * 1e9 / nd, r.copy_s * 1e3);
   fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n", "triad", 12,
-             triad_gbps, triad_s * 1e9 / nd, triad_s * 1e3);
+             r.triad_gbps, r.triad_s * 1e9 / nd, r.triad_s * 1e3);
   fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n",
-             "finite scan (grad)", kernels::DTypeSize(c.grad), scan_gbps, scan_s * 1e9 / nd,
-             scan_s * 1e3);
+             "finite scan (grad)", kernels::DTypeSize(c.grad), r.scan_gbps,
+             r.scan_s * 1e9 / nd, r.scan_s * 1e3);
   if (with_baseline) {
     fmt::print("  {:<22} {:>6} B/elem {:>8.2f} GB/s {:>8.3f} ns/elem {:>9.2f} ms\n",
-               "baseline fp32 step", 28, 28 * nd / Median(t_base) / 1e9, Median(t_base) * 1e9 / nd,
-               Median(t_base) * 1e3);
-    fmt::print("  this step / baseline (paired per iteration): {:.3f}\n", Median(t_rel));
+               "baseline fp32 step", 28, 28 * nd / Median(t.base) / 1e9, Median(t.base) * 1e9 / nd,
+               Median(t.base) * 1e3);
+    fmt::print("  this step / baseline (paired per iteration): {:.3f}\n", Median(t.rel));
   }
   fmt::print("  ratio adam/copy {:.3f}; check_finite costs {:.1f}% of a step\n",
-             adam_gbps / copy_gbps, 100 * scan_s / (a.check_finite ? adam_s - scan_s : adam_s));
-  results->push_back({n, adam_s * 1e9 / nd, adam_gbps, copy_gbps});
+             r.adam_gbps / r.copy_gbps,
+             100 * r.scan_s / (a.check_finite ? r.adam_s - r.scan_s : r.adam_s));
+}
+
+int RunSize(const BenchAdamArgs& a, const Config& c, kernels::KernelVariant resolved,
+            std::vector<SizeResult>* results) {
+  auto fail = [](const Status& s, int code) {
+    fmt::print(stderr, "zinf bench-adam: {}\n", s.ToString());
+    return code;
+  };
+  kernels::KernelOptions kopt;
+  kopt.variant = resolved;
+  kopt.threads = c.threads;
+  kopt.chunk_elems = c.chunk;
+  kernels::AdamOptions aopt;
+  aopt.variant = resolved;
+  aopt.threads = c.threads;
+  aopt.chunk_elems = c.chunk;
+  aopt.check_finite = a.check_finite;
+  aopt.stream_param16 = c.stream_param16;
+
+  const size_t calls = CallsPerSample(c.n);
+  // The baseline is the plain fp32 step (fp32 gradients and state, no 16-bit copy, no
+  // pre-scan). When the configured step differs from it, both run interleaved in this process
+  // so that the ratio of their times is measured under the same conditions.
+  const bool plain =
+      c.grad == DType::kF32 && c.state == DType::kF32 && !c.has_param16 && !a.check_finite;
+  const bool with_baseline = !plain && !a.no_baseline;
+  Buffers bufs;
+  if (Status s = AllocateBuffers(a, c, kopt, with_baseline, bufs); !s.ok()) return fail(s, 1);
+  if (Status s = FillBuffers(c, kopt, with_baseline, bufs); !s.ok()) return fail(s, 1);
+  Timings t;
+  if (Status s = TimeKernels(c, kopt, aopt, bufs, with_baseline, calls, t); !s.ok()) {
+    return fail(s, 1);
+  }
+  const Rates r = ComputeRates(c, t);
+  if (a.json) {
+    PrintSizeJson(a, c, resolved, calls, with_baseline, t, r);
+    return 0;
+  }
+  PrintSizeTable(a, c, resolved, calls, with_baseline, t, r);
+  const double nd = static_cast<double>(c.n);
+  results->push_back({c.n, r.adam_s * 1e9 / nd, r.adam_gbps, r.copy_gbps});
   return 0;
 }
 

@@ -112,61 +112,69 @@ Result<double> TimedTransfer(io::Engine& engine, const std::vector<io::Request>&
   return Seconds(t0);
 }
 
-int RunBenchSwap(const CLI::App& cmd, BenchSwapArgs a) {
-  auto fail = [](const Status& s, int code) {
-    fmt::print(stderr, "zinf bench-swap: {}\n", s.ToString());
-    return code;
-  };
-  if (Status s = ApplyConfig(cmd, a); !s.ok()) return fail(s, 2);
+// The command line, parsed and checked.
+struct SwapOptions {
+  uint64_t params = 0, pinned = 0, block = 0;
+  io::EngineKind kind = io::EngineKind::kAuto;
+  kernels::DType grad_type = kernels::DType::kBf16;
+};
+
+// Applies the config, then parses and checks the flags (a failure is a usage error).
+Result<SwapOptions> ParseOptions(const CLI::App& cmd, BenchSwapArgs& a) {
+  ZINF_RETURN_IF_ERROR(ApplyConfig(cmd, a));
   if (a.paths.empty()) {
-    return fail(InvalidArgument("no swap directory: give --path DIR or a --config with "
-                                "offload_optimizer.nvme_path or zinf.stripe_paths"), 2);
+    return InvalidArgument("no swap directory: give --path DIR or a --config with "
+                           "offload_optimizer.nvme_path or zinf.stripe_paths");
   }
+  SwapOptions o;
   auto params = ParseBytes(a.params);  // a count; K/M/G suffixes are welcome
-  if (!params.ok() || *params == 0) return fail(InvalidArgument("--params: expected a count such as 128M"), 2);
+  if (!params.ok() || *params == 0) {
+    return InvalidArgument("--params: expected a count such as 128M");
+  }
+  o.params = *params;
   auto pinned = ParseBytes(a.pinned);
-  if (!pinned.ok()) return fail(pinned.status().WithContext("--pinned-budget"), 2);
+  if (!pinned.ok()) return pinned.status().WithContext("--pinned-budget");
+  o.pinned = *pinned;
   auto block = ParseBytes(a.block);
-  if (!block.ok()) return fail(block.status().WithContext("--block"), 2);
+  if (!block.ok()) return block.status().WithContext("--block");
+  o.block = *block;
   auto kind = io::ParseEngineKind(a.engine);
-  if (!kind.ok()) return fail(kind.status().WithContext("--engine"), 2);
-  if (a.units == 0 || a.steps == 0) return fail(InvalidArgument("--units and --steps must be > 0"), 2);
-  kernels::DType grad_type;
-  if (a.grad == "bf16") grad_type = kernels::DType::kBf16;
-  else if (a.grad == "fp32") grad_type = kernels::DType::kF32;
-  else return fail(InvalidArgument(fmt::format("--grad '{}': expected bf16 or fp32", a.grad)), 2);
+  if (!kind.ok()) return kind.status().WithContext("--engine");
+  o.kind = *kind;
+  if (a.units == 0 || a.steps == 0) return InvalidArgument("--units and --steps must be > 0");
+  if (a.grad == "bf16") o.grad_type = kernels::DType::kBf16;
+  else if (a.grad == "fp32") o.grad_type = kernels::DType::kF32;
+  else return InvalidArgument(fmt::format("--grad '{}': expected bf16 or fp32", a.grad));
+  return o;
+}
 
-  const uint64_t per_unit = (*params + a.units - 1) / a.units;
-  auto engine_r = io::Engine::Create({.kind = *kind, .block_size = *block, .queue_depth = a.qd});
-  if (!engine_r.ok()) return fail(engine_r.status(), 1);
-  io::Engine& engine = **engine_r;
+// The engine, the swap file on it and the pinned pool registered with it.
+struct Storage {
+  std::unique_ptr<io::Engine> engine;
+  std::unique_ptr<offload::SwapSpace> space;
+  std::unique_ptr<offload::PinnedPool> pool;
+};
 
+Result<Storage> OpenStorage(const BenchSwapArgs& a, const SwapOptions& o, uint64_t per_unit) {
+  Storage st;
+  ZINF_ASSIGN_OR_RETURN(st.engine, io::Engine::Create({.kind = o.kind, .block_size = o.block,
+                                                       .queue_depth = a.qd}));
   // Size the swap file for every unit's four extents, padded and stripe-aligned.
   const uint64_t unit_bytes = 14 * per_unit;
   const uint64_t swap_bytes = a.units * (unit_bytes + 4 * (8u << 20));
-  auto space_r = offload::SwapSpace::Create(
-      engine, {.dirs = a.paths, .name = "zinf-bench-swap.dat", .size = swap_bytes});
-  if (!space_r.ok()) return fail(space_r.status(), 1);
-  offload::SwapSpace& space = **space_r;
-  auto pool_r = offload::PinnedPool::Create(
-      {.budget_bytes = *pinned, .alignment = std::max<uint32_t>(4096, space.mem_align())});
-  if (!pool_r.ok()) return fail(pool_r.status(), 1);
-  offload::PinnedPool& pool = **pool_r;
-  if (Status s = pool.RegisterWith(engine); !s.ok()) return fail(s, 1);
-  Tracer tracer(!a.trace.empty());
-  offload::OptimizerPipelineOptions po;
-  po.depth = a.depth;
-  po.tracer = &tracer;
-  po.adam.threads = a.threads;
-  auto pipe_r = offload::OptimizerPipeline::Create(space, pool, per_unit, po);
-  if (!pipe_r.ok()) return fail(pipe_r.status(), 1);
-  offload::OptimizerPipeline& pipe = **pipe_r;
+  ZINF_ASSIGN_OR_RETURN(st.space, offload::SwapSpace::Create(*st.engine, {.dirs = a.paths,
+                                                              .name = "zinf-bench-swap.dat",
+                                                              .size = swap_bytes}));
+  ZINF_ASSIGN_OR_RETURN(st.pool, offload::PinnedPool::Create(
+      {.budget_bytes = o.pinned, .alignment = std::max<uint32_t>(4096, st.space->mem_align())}));
+  ZINF_RETURN_IF_ERROR(st.pool->RegisterWith(*st.engine));
+  return st;
+}
 
-  // Units, their homes, their gradients (host memory, as backward leaves them).
-  std::vector<offload::OptimizerUnit> units(a.units);
+// Gradients for every unit (host memory, as backward leaves them).
+std::vector<uint8_t> MakeGradients(uint64_t elems, kernels::DType grad_type, std::mt19937& rng) {
   const size_t gsize = grad_type == kernels::DType::kBf16 ? 2 : 4;
-  std::vector<uint8_t> grads(per_unit * a.units * gsize);
-  std::mt19937 rng(1);
+  std::vector<uint8_t> grads(elems * gsize);
   for (size_t i = 0; i < grads.size() / 2; ++i) {
     // bf16 of a small normal-ish value, or the low/high halves of fp32 ones: any finite bits do.
     uint16_t bits = static_cast<uint16_t>(0x3c00 + (rng() & 0x3ff)) ^ ((rng() & 1) << 15);
@@ -178,107 +186,158 @@ int RunBenchSwap(const CLI::App& cmd, BenchSwapArgs a) {
       std::memcpy(&grads[i], &f, 4);
     }
   }
-  for (unsigned u = 0; u < a.units; ++u) {
+  return grads;
+}
+
+// Units and their homes in the swap space, each pointing at its slice of `grads`.
+Result<std::vector<offload::OptimizerUnit>> MakeUnits(offload::SwapSpace& space, unsigned count,
+                                                      uint64_t per_unit, kernels::DType grad_type,
+                                                      std::vector<uint8_t>& grads) {
+  std::vector<offload::OptimizerUnit> units(count);
+  const size_t gsize = grad_type == kernels::DType::kBf16 ? 2 : 4;
+  for (unsigned u = 0; u < count; ++u) {
     auto& x = units[u];
     x.n = per_unit;
     auto alloc = [&](uint64_t bytes) { return space.Allocate(bytes); };
     auto m = alloc(4 * per_unit), e1 = alloc(4 * per_unit), e2 = alloc(4 * per_unit),
          p = alloc(2 * per_unit);
-    if (!m.ok() || !e1.ok() || !e2.ok() || !p.ok()) return fail(Internal("swap space sizing"), 1);
+    if (!m.ok() || !e1.ok() || !e2.ok() || !p.ok()) return Internal("swap space sizing");
     x.master = *m; x.exp_avg = *e1; x.exp_avg_sq = *e2; x.param16 = *p;
     x.grad = grads.data() + u * per_unit * gsize;
     x.grad_type = grad_type;
   }
+  return units;
+}
+
+// Initial state: master random, moments zero, written home (not timed).
+Status WriteInitialState(io::Engine& engine, offload::SwapSpace& space,
+                         offload::OptimizerPipeline& pipe,
+                         const std::vector<offload::OptimizerUnit>& units, uint64_t per_unit,
+                         std::mt19937& rng) {
   const auto layout = pipe.LayoutFor(per_unit);
   const auto& slabs = pipe.slabs();
-  // Initial state: master random, moments zero, written home (not timed).
-  {
-    for (auto& s : slabs) {
-      auto* f = reinterpret_cast<float*>(s.data);
-      for (uint64_t i = 0; i < per_unit; ++i) f[i] = static_cast<float>(rng() % 2000) * 1e-3f - 1;
-      std::memset(s.data + layout.exp_avg, 0, 2 * layout.state_bytes);
-    }
-    std::vector<io::Request> init;
-    for (unsigned u = 0; u < a.units; ++u) {
-      uint8_t* s = slabs[u % slabs.size()].data;
-      init.push_back({io::OpKind::kWrite, space.file(), units[u].master.offset, s + layout.master, layout.state_bytes});
-      init.push_back({io::OpKind::kWrite, space.file(), units[u].exp_avg.offset, s + layout.exp_avg, layout.state_bytes});
-      init.push_back({io::OpKind::kWrite, space.file(), units[u].exp_avg_sq.offset, s + layout.exp_avg_sq, layout.state_bytes});
-      init.push_back({io::OpKind::kWrite, space.file(), units[u].param16.offset, s + layout.param16, layout.param16_bytes});
-    }
-    auto t = TimedTransfer(engine, init);
-    if (!t.ok()) return fail(t.status(), 1);
+  for (auto& s : slabs) {
+    auto* f = reinterpret_cast<float*>(s.data);
+    for (uint64_t i = 0; i < per_unit; ++i) f[i] = static_cast<float>(rng() % 2000) * 1e-3f - 1;
+    std::memset(s.data + layout.exp_avg, 0, 2 * layout.state_bytes);
   }
-  // The forward/backward sweep: each unit's 16-bit parameters come up to the (host-emulated)
-  // device through the tier manager, ahead of use once the trace is known.
-  uint64_t dev_budget = 3 * 2 * per_unit;
-  if (!a.device_budget.empty()) {
-    auto d = ParseBytes(a.device_budget);
-    if (!d.ok()) return fail(d.status().WithContext("--device-budget"), 2);
-    dev_budget = *d;
+  std::vector<io::Request> init;
+  for (unsigned u = 0; u < units.size(); ++u) {
+    uint8_t* s = slabs[u % slabs.size()].data;
+    init.push_back({io::OpKind::kWrite, space.file(), units[u].master.offset, s + layout.master, layout.state_bytes});
+    init.push_back({io::OpKind::kWrite, space.file(), units[u].exp_avg.offset, s + layout.exp_avg, layout.state_bytes});
+    init.push_back({io::OpKind::kWrite, space.file(), units[u].exp_avg_sq.offset, s + layout.exp_avg_sq, layout.state_bytes});
+    init.push_back({io::OpKind::kWrite, space.file(), units[u].param16.offset, s + layout.param16, layout.param16_bytes});
   }
-  auto device_r = MakeHostDevice({.kind = DeviceKind::kHost, .budget_bytes = dev_budget,
-                                  .copy_gbps = a.h2d_gbps});
-  if (!device_r.ok()) return fail(device_r.status(), 1);
-  auto arena_r = DeviceArena::Create(**device_r);
-  if (!arena_r.ok()) return fail(arena_r.status(), 1);
-  auto tm_r = offload::TierManager::Create(**arena_r, pool, &space, {.tracer = &tracer});
-  if (!tm_r.ok()) return fail(tm_r.status(), 1);
-  offload::TierManager& tm = **tm_r;
-  std::vector<offload::ShardId> p16(a.units);
-  for (unsigned u = 0; u < a.units; ++u) {
-    auto id = tm.Register({.name = fmt::format("unit{}.param16", u), .unit = u,
-                           .role = offload::Role::kParam16, .bytes = 2 * per_unit,
-                           .home = offload::Tier::kNvme, .home_extent = units[u].param16});
-    if (!id.ok()) return fail(id.status(), 1);
-    p16[u] = *id;
-  }
-  auto sweep = [&]() -> Result<double> {
-    auto t0 = Clock::now();
-    for (int pass = 0; pass < 2; ++pass) {  // forward, then backward
-      for (unsigned k = 0; k < a.units; ++k) {
-        unsigned u = pass == 0 ? k : a.units - 1 - k;
-        ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16[u], offload::Tier::kDevice));
-        auto ptr = lease.Wait();
-        Status released = tm.Release(std::move(lease), false);
-        if (!ptr.ok()) return ptr.status();
-        ZINF_RETURN_IF_ERROR(released);
-      }
-    }
-    return Seconds(t0);
-  };
+  return TimedTransfer(engine, init).status();
+}
 
-  std::vector<io::Request> reads, writes;
+// The (host-emulated) device, its arena, and the tier manager with every unit's 16-bit
+// parameters registered, homed on NVMe.
+struct DeviceSide {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<DeviceArena> arena;
+  std::unique_ptr<offload::TierManager> tm;
+  std::vector<offload::ShardId> p16;
+};
+
+Result<DeviceSide> SetUpDevice(const BenchSwapArgs& a, uint64_t dev_budget,
+                               offload::PinnedPool& pool, offload::SwapSpace& space,
+                               Tracer& tracer,
+                               const std::vector<offload::OptimizerUnit>& units,
+                               uint64_t per_unit) {
+  DeviceSide d;
+  ZINF_ASSIGN_OR_RETURN(d.device, MakeHostDevice({.kind = DeviceKind::kHost,
+                                                   .budget_bytes = dev_budget,
+                                                   .copy_gbps = a.h2d_gbps}));
+  ZINF_ASSIGN_OR_RETURN(d.arena, DeviceArena::Create(*d.device));
+  ZINF_ASSIGN_OR_RETURN(d.tm, offload::TierManager::Create(*d.arena, pool, &space,
+                                                           {.tracer = &tracer}));
+  d.p16.resize(a.units);
   for (unsigned u = 0; u < a.units; ++u) {
+    ZINF_ASSIGN_OR_RETURN(d.p16[u], d.tm->Register({.name = fmt::format("unit{}.param16", u),
+                                                    .unit = u, .role = offload::Role::kParam16,
+                                                    .bytes = 2 * per_unit,
+                                                    .home = offload::Tier::kNvme,
+                                                    .home_extent = units[u].param16}));
+  }
+  return d;
+}
+
+// One forward/backward sweep: each unit's 16-bit parameters come up to the device through the
+// tier manager, ahead of use once the trace is known. Returns the wall time.
+Result<double> Sweep(offload::TierManager& tm, const std::vector<offload::ShardId>& p16) {
+  const unsigned n = static_cast<unsigned>(p16.size());
+  auto t0 = Clock::now();
+  for (int pass = 0; pass < 2; ++pass) {  // forward, then backward
+    for (unsigned k = 0; k < n; ++k) {
+      unsigned u = pass == 0 ? k : n - 1 - k;
+      ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(p16[u], offload::Tier::kDevice));
+      auto ptr = lease.Wait();
+      Status released = tm.Release(std::move(lease), false);
+      if (!ptr.ok()) return ptr.status();
+      ZINF_RETURN_IF_ERROR(released);
+    }
+  }
+  return Seconds(t0);
+}
+
+// The raw bound's requests: every unit's state through the slabs in rotation, and the bytes
+// they move.
+struct RawRequests {
+  std::vector<io::Request> reads, writes;
+  uint64_t read_bytes = 0, write_bytes = 0;
+};
+
+RawRequests MakeRawRequests(const offload::SwapSpace& space, const offload::OptimizerPipeline& pipe,
+                            const std::vector<offload::OptimizerUnit>& units, uint64_t per_unit) {
+  const auto layout = pipe.LayoutFor(per_unit);
+  const auto& slabs = pipe.slabs();
+  const uint64_t n = units.size();
+  RawRequests r;
+  for (unsigned u = 0; u < units.size(); ++u) {
     uint8_t* s = slabs[u % slabs.size()].data;
     for (auto [ext, off] : {std::pair{&units[u].master, layout.master},
                             std::pair{&units[u].exp_avg, layout.exp_avg},
                             std::pair{&units[u].exp_avg_sq, layout.exp_avg_sq}}) {
-      reads.push_back({io::OpKind::kRead, space.file(), ext->offset, s + off, layout.state_bytes});
-      writes.push_back({io::OpKind::kWrite, space.file(), ext->offset, s + off, layout.state_bytes});
+      r.reads.push_back(
+          {io::OpKind::kRead, space.file(), ext->offset, s + off, layout.state_bytes});
+      r.writes.push_back(
+          {io::OpKind::kWrite, space.file(), ext->offset, s + off, layout.state_bytes});
     }
-    writes.push_back({io::OpKind::kWrite, space.file(), units[u].param16.offset,
-                      s + layout.param16, layout.param16_bytes});
+    r.writes.push_back({io::OpKind::kWrite, space.file(), units[u].param16.offset,
+                        s + layout.param16, layout.param16_bytes});
   }
-  const uint64_t read_bytes = reads.size() * layout.state_bytes;
-  const uint64_t write_bytes = (writes.size() - a.units) * layout.state_bytes +
-                               a.units * layout.param16_bytes;
+  r.read_bytes = r.reads.size() * layout.state_bytes;
+  r.write_bytes = (r.writes.size() - n) * layout.state_bytes + n * layout.param16_bytes;
+  return r;
+}
 
+// What each round measured, and the last pipelined step's counters.
+struct Rounds {
+  std::vector<double> io_bounds, adam_bounds, steps, stalls, raw_read, raw_write, sweeps;
+  offload::OptimizerStepStats last{};
+};
+
+// Runs the rounds: the two bounds, the sweep and a pipelined step each, printing a line per
+// round unless --json.
+Status RunRounds(const BenchSwapArgs& a, kernels::DType grad_type, io::Engine& engine,
+                 offload::OptimizerPipeline& pipe, const offload::OptimizerPipelineOptions& po,
+                 std::vector<offload::OptimizerUnit>& units, DeviceSide& dev,
+                 const RawRequests& raw, uint64_t per_unit, Rounds& r) {
+  const auto layout = pipe.LayoutFor(per_unit);
+  const auto& slabs = pipe.slabs();
   kernels::AdamHyper hyper;
   hyper.lr = 1e-4f;
   hyper.adamw = true;
   hyper.weight_decay = 0.01f;
-  std::vector<double> io_bounds, adam_bounds, steps, stalls, raw_read, raw_write, sweeps;
-  offload::OptimizerStepStats last{};
   for (unsigned s = 0; s < a.steps; ++s) {
     // Bound 1: the raw engine moving the same bytes (reads, then writes: one disk does both).
-    auto tr = TimedTransfer(engine, reads);
-    if (!tr.ok()) return fail(tr.status(), 1);
-    auto tw = TimedTransfer(engine, writes);
-    if (!tw.ok()) return fail(tw.status(), 1);
-    io_bounds.push_back(*tr + *tw);
-    raw_read.push_back(static_cast<double>(read_bytes) / *tr / 1e9);
-    raw_write.push_back(static_cast<double>(write_bytes) / *tw / 1e9);
+    ZINF_ASSIGN_OR_RETURN(double tr, TimedTransfer(engine, raw.reads));
+    ZINF_ASSIGN_OR_RETURN(double tw, TimedTransfer(engine, raw.writes));
+    r.io_bounds.push_back(tr + tw);
+    r.raw_read.push_back(static_cast<double>(raw.read_bytes) / tr / 1e9);
+    r.raw_write.push_back(static_cast<double>(raw.write_bytes) / tw / 1e9);
     // Bound 2: the CPU Adam on the same state in memory (the slabs, in rotation).
     auto t0 = Clock::now();
     for (unsigned u = 0; u < a.units; ++u) {
@@ -288,86 +347,141 @@ int RunBenchSwap(const CLI::App& cmd, BenchSwapArgs a) {
                              kernels::DType::kF32, sl + layout.param16, kernels::DType::kBf16,
                              per_unit};
       hyper.step = 1;
-      auto r = kernels::AdamStep(hyper, b, po.adam);
-      if (!r.ok()) return fail(r.status(), 1);
+      ZINF_RETURN_IF_ERROR(kernels::AdamStep(hyper, b, po.adam).status());
     }
-    adam_bounds.push_back(Seconds(t0));
+    r.adam_bounds.push_back(Seconds(t0));
     // The forward/backward sweep, then the pipelined optimizer step.
-    auto sw = sweep();
-    if (!sw.ok()) return fail(sw.status(), 1);
-    sweeps.push_back(*sw);
+    ZINF_ASSIGN_OR_RETURN(double sw, Sweep(*dev.tm, dev.p16));
+    r.sweeps.push_back(sw);
     hyper.step = s + 1;
-    auto st = pipe.Step(units, hyper);
-    if (!st.ok()) return fail(st.status(), 1);
+    ZINF_ASSIGN_OR_RETURN(offload::OptimizerStepStats st, pipe.Step(units, hyper));
     // The optimizer rewrote every param16 home: cached copies are stale.
-    for (auto id : p16) {
-      if (Status inv = tm.Invalidate(id); !inv.ok()) return fail(inv, 1);
-    }
-    tm.EndStep();
-    steps.push_back(st->seconds);
-    stalls.push_back(st->read_wait_seconds);
-    last = *st;
+    for (auto id : dev.p16) ZINF_RETURN_IF_ERROR(dev.tm->Invalidate(id));
+    dev.tm->EndStep();
+    r.steps.push_back(st.seconds);
+    r.stalls.push_back(st.read_wait_seconds);
+    r.last = st;
     if (!a.json) {
       fmt::print(stderr, "round {}: sweep {:.3f} s | step {:.3f} s (stall {:.3f} s, adam {:.3f} s) | raw io {:.3f} s "
                  "(read {:.2f} GB/s, write {:.2f} GB/s) | adam alone {:.3f} s\n",
-                 s + 1, sweeps.back(), st->seconds, st->read_wait_seconds, st->adam_seconds, io_bounds.back(),
-                 raw_read.back(), raw_write.back(), adam_bounds.back());
+                 s + 1, r.sweeps.back(), st.seconds, st.read_wait_seconds, st.adam_seconds,
+                 r.io_bounds.back(), r.raw_read.back(), r.raw_write.back(), r.adam_bounds.back());
     }
   }
-  const double step = Median(steps), io_b = Median(io_bounds), adam_b = Median(adam_bounds);
-  const offload::TierStats ts = tm.stats();
+  return Status::Ok();
+}
+
+// Prints the medians: one JSON object with --json, else a table.
+void PrintSummary(const BenchSwapArgs& a, const io::Engine& engine,
+                  const offload::PinnedPool& pool, const offload::OptimizerPipeline::Layout& layout,
+                  const offload::TierStats& ts, const Rounds& r, uint64_t per_unit,
+                  uint64_t dev_budget) {
+  const double step = Median(r.steps), io_b = Median(r.io_bounds), adam_b = Median(r.adam_bounds);
   const double bound = std::max(io_b, adam_b);
   const uint64_t state_bytes = a.units * (3 * layout.state_bytes + layout.param16_bytes);
-  nlohmann::json j = {
-      {"engine", std::string(engine.name())},
-      {"params", per_unit * a.units},
-      {"units", a.units},
-      {"state_bytes", state_bytes},
-      {"pinned_budget_bytes", pool.budget_bytes()},
-      {"peak_pinned_bytes", ts.peak_host_bytes},
-      {"pipeline_depth", a.depth},
-      {"steps", a.steps},
-      {"step_seconds", step},
-      {"io_bound_seconds", io_b},
-      {"adam_bound_seconds", adam_b},
-      {"step_over_bound", step / bound},
-      {"stall_seconds", Median(stalls)},
-      {"nvme_read_bytes_per_step", last.bytes_read},
-      {"nvme_write_bytes_per_step", last.bytes_written},
-      {"step_read_gbps", static_cast<double>(last.bytes_read) / step / 1e9},
-      {"step_write_gbps", static_cast<double>(last.bytes_written) / step / 1e9},
-      {"raw_read_gbps", Median(raw_read)},
-      {"raw_write_gbps", Median(raw_write)},
-      {"sweep_seconds", Median(sweeps)},
-      {"sweep_stall_seconds", ts.stall_seconds / a.steps},
-      {"sweep_nvme_read_bytes", ts.nvme_read_bytes},
-      {"h2d_bytes", ts.h2d_bytes},
-      {"h2d_busy_seconds", ts.h2d_busy_seconds},
-      {"sweep_nvme_read_busy_seconds", ts.nvme_read_busy_seconds},
-      {"peak_device_bytes", ts.peak_device_bytes},
-      {"device_budget_bytes", dev_budget},
-      {"prefetch_hits", ts.prefetch_hits},
-      {"prefetch_misses", ts.prefetch_misses}};
+  if (a.json) {
+    nlohmann::json j = {
+        {"engine", std::string(engine.name())},
+        {"params", per_unit * a.units},
+        {"units", a.units},
+        {"state_bytes", state_bytes},
+        {"pinned_budget_bytes", pool.budget_bytes()},
+        {"peak_pinned_bytes", ts.peak_host_bytes},
+        {"pipeline_depth", a.depth},
+        {"steps", a.steps},
+        {"step_seconds", step},
+        {"io_bound_seconds", io_b},
+        {"adam_bound_seconds", adam_b},
+        {"step_over_bound", step / bound},
+        {"stall_seconds", Median(r.stalls)},
+        {"nvme_read_bytes_per_step", r.last.bytes_read},
+        {"nvme_write_bytes_per_step", r.last.bytes_written},
+        {"step_read_gbps", static_cast<double>(r.last.bytes_read) / step / 1e9},
+        {"step_write_gbps", static_cast<double>(r.last.bytes_written) / step / 1e9},
+        {"raw_read_gbps", Median(r.raw_read)},
+        {"raw_write_gbps", Median(r.raw_write)},
+        {"sweep_seconds", Median(r.sweeps)},
+        {"sweep_stall_seconds", ts.stall_seconds / a.steps},
+        {"sweep_nvme_read_bytes", ts.nvme_read_bytes},
+        {"h2d_bytes", ts.h2d_bytes},
+        {"h2d_busy_seconds", ts.h2d_busy_seconds},
+        {"sweep_nvme_read_busy_seconds", ts.nvme_read_busy_seconds},
+        {"peak_device_bytes", ts.peak_device_bytes},
+        {"device_budget_bytes", dev_budget},
+        {"prefetch_hits", ts.prefetch_hits},
+        {"prefetch_misses", ts.prefetch_misses}};
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("state on NVMe     {} ({:.1f}x the pinned budget of {}), {} units, depth {}\n",
+             FormatBytesHuman(state_bytes),
+             static_cast<double>(state_bytes) / static_cast<double>(pool.budget_bytes()),
+             FormatBytesHuman(pool.budget_bytes()), a.units, a.depth);
+  fmt::print("step (median)     {:.3f} s   stall {:.3f} s\n", step, Median(r.stalls));
+  fmt::print("raw I/O bound     {:.3f} s   (read {:.2f} GB/s, write {:.2f} GB/s)\n", io_b,
+             Median(r.raw_read), Median(r.raw_write));
+  fmt::print("Adam bound        {:.3f} s\n", adam_b);
+  fmt::print("step / bound      {:.3f}\n", step / bound);
+  fmt::print("fwd+bwd sweep     {:.3f} s (median; param16 to a {} device budget at {:g} GB/s), "
+             "prefetch hits {} misses {}\n", Median(r.sweeps), FormatBytesHuman(dev_budget),
+             a.h2d_gbps, ts.prefetch_hits, ts.prefetch_misses);
+}
+
+int RunBenchSwap(const CLI::App& cmd, BenchSwapArgs a) {
+  auto fail = [](const Status& s, int code) {
+    fmt::print(stderr, "zinf bench-swap: {}\n", s.ToString());
+    return code;
+  };
+  auto opts = ParseOptions(cmd, a);
+  if (!opts.ok()) return fail(opts.status(), 2);
+  const SwapOptions& o = *opts;
+
+  const uint64_t per_unit = (o.params + a.units - 1) / a.units;
+  auto storage = OpenStorage(a, o, per_unit);
+  if (!storage.ok()) return fail(storage.status(), 1);
+  io::Engine& engine = *storage->engine;
+  offload::SwapSpace& space = *storage->space;
+  offload::PinnedPool& pool = *storage->pool;
+  Tracer tracer(!a.trace.empty());
+  offload::OptimizerPipelineOptions po;
+  po.depth = a.depth;
+  po.tracer = &tracer;
+  po.adam.threads = a.threads;
+  auto pipe_r = offload::OptimizerPipeline::Create(space, pool, per_unit, po);
+  if (!pipe_r.ok()) return fail(pipe_r.status(), 1);
+  offload::OptimizerPipeline& pipe = **pipe_r;
+
+  std::mt19937 rng(1);
+  std::vector<uint8_t> grads = MakeGradients(per_unit * a.units, o.grad_type, rng);
+  auto units_r = MakeUnits(space, a.units, per_unit, o.grad_type, grads);
+  if (!units_r.ok()) return fail(units_r.status(), 1);
+  std::vector<offload::OptimizerUnit>& units = *units_r;
+  if (Status s = WriteInitialState(engine, space, pipe, units, per_unit, rng); !s.ok()) {
+    return fail(s, 1);
+  }
+  // The forward/backward sweep: each unit's 16-bit parameters come up to the (host-emulated)
+  // device through the tier manager, ahead of use once the trace is known.
+  uint64_t dev_budget = 3 * 2 * per_unit;
+  if (!a.device_budget.empty()) {
+    auto d = ParseBytes(a.device_budget);
+    if (!d.ok()) return fail(d.status().WithContext("--device-budget"), 2);
+    dev_budget = *d;
+  }
+  auto dev = SetUpDevice(a, dev_budget, pool, space, tracer, units, per_unit);
+  if (!dev.ok()) return fail(dev.status(), 1);
+
+  const RawRequests raw = MakeRawRequests(space, pipe, units, per_unit);
+  Rounds rounds;
+  if (Status s = RunRounds(a, o.grad_type, engine, pipe, po, units, *dev, raw, per_unit, rounds);
+      !s.ok()) {
+    return fail(s, 1);
+  }
+  const offload::TierStats ts = dev->tm->stats();
   if (!a.trace.empty()) {
     if (Status ts_w = tracer.Write(a.trace); !ts_w.ok()) return fail(ts_w, 1);
     fmt::print(stderr, "wrote {} ({} events)\n", a.trace, tracer.event_count());
   }
-  if (a.json) {
-    fmt::print("{}\n", j.dump());
-  } else {
-    fmt::print("state on NVMe     {} ({:.1f}x the pinned budget of {}), {} units, depth {}\n",
-               FormatBytesHuman(state_bytes),
-               static_cast<double>(state_bytes) / static_cast<double>(pool.budget_bytes()),
-               FormatBytesHuman(pool.budget_bytes()), a.units, a.depth);
-    fmt::print("step (median)     {:.3f} s   stall {:.3f} s\n", step, Median(stalls));
-    fmt::print("raw I/O bound     {:.3f} s   (read {:.2f} GB/s, write {:.2f} GB/s)\n", io_b,
-               Median(raw_read), Median(raw_write));
-    fmt::print("Adam bound        {:.3f} s\n", adam_b);
-    fmt::print("step / bound      {:.3f}\n", step / bound);
-    fmt::print("fwd+bwd sweep     {:.3f} s (median; param16 to a {} device budget at {:g} GB/s), "
-               "prefetch hits {} misses {}\n", Median(sweeps), FormatBytesHuman(dev_budget),
-               a.h2d_gbps, ts.prefetch_hits, ts.prefetch_misses);
-  }
+  PrintSummary(a, engine, pool, pipe.LayoutFor(per_unit), ts, rounds, per_unit, dev_budget);
   return 0;
 }
 

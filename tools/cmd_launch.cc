@@ -135,7 +135,8 @@ pid_t Spawn(const LaunchArgs& a, Rank& r, const std::string& run_id) {
   return pid;
 }
 
-int Launch(const LaunchArgs& a) {
+// --run-id, else node 0's address on several nodes, else a random one.
+std::string RunIdOf(const LaunchArgs& a) {
   std::string run_id = a.run_id;
   if (run_id.empty()) {
     if (a.nnodes > 1) {
@@ -145,12 +146,11 @@ int Launch(const LaunchArgs& a) {
       run_id = fmt::format("{:08x}{:08x}", rd(), rd());
     }
   }
-  struct sigaction sa{};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
+  return run_id;
+}
 
-  std::vector<Rank> ranks(static_cast<size_t>(a.nproc));
+// Starts every rank of this node; on a failure, kills those started and returns false.
+bool SpawnAll(const LaunchArgs& a, std::vector<Rank>& ranks, const std::string& run_id) {
   for (int i = 0; i < a.nproc; ++i) {
     Rank& r = ranks[size_t(i)];
     r.local = i;
@@ -163,110 +163,130 @@ int Launch(const LaunchArgs& a) {
         ::kill(o.pid, SIGKILL);
         ::waitpid(o.pid, nullptr, 0);
       }
-      return 1;
+      return false;
     }
   }
+  return true;
+}
 
+// Relays what the ranks printed (waiting up to 100 ms for it), closing the pipes that ended.
+void RelayOutput(std::vector<Rank>& ranks) {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<size_t, bool>> who;  // (rank index, is stderr)
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i].out_fd >= 0) {
+      fds.push_back({ranks[i].out_fd, POLLIN, 0});
+      who.push_back({i, false});
+    }
+    if (ranks[i].err_fd >= 0) {
+      fds.push_back({ranks[i].err_fd, POLLIN, 0});
+      who.push_back({i, true});
+    }
+  }
+  // Every pipe closed, ranks still running: wait all the same (no busy loop).
+  ::poll(fds.empty() ? nullptr : fds.data(), fds.size(), 100);
+  for (size_t k = 0; k < fds.size(); ++k) {
+    if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+    Rank& r = ranks[who[k].first];
+    const bool is_err = who[k].second;
+    char buf[65536];
+    const ssize_t n = ::read(fds[k].fd, buf, sizeof(buf));
+    if (n > 0) {
+      Relay(r, is_err ? r.err_part : r.out_part, buf, size_t(n), is_err ? stderr : stdout);
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+      FlushPart(r, is_err ? r.err_part : r.out_part, is_err ? stderr : stdout);
+      ::close(fds[k].fd);
+      (is_err ? r.err_fd : r.out_fd) = -1;
+    }
+  }
+}
+
+// The supervision's state across the loop's turns.
+struct Supervision {
   int failed = -1;  // index of the first rank that failed
   bool terminating = false;
   int forwarded = 0;   // signals passed on so far
   int interrupt = 0;   // the user's signal, once one was passed on
   std::chrono::steady_clock::time_point kill_at{};
-  for (;;) {
-    // Relay output.
-    std::vector<pollfd> fds;
-    std::vector<std::pair<size_t, bool>> who;  // (rank index, is stderr)
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      if (ranks[i].out_fd >= 0) {
-        fds.push_back({ranks[i].out_fd, POLLIN, 0});
-        who.push_back({i, false});
-      }
-      if (ranks[i].err_fd >= 0) {
-        fds.push_back({ranks[i].err_fd, POLLIN, 0});
-        who.push_back({i, true});
-      }
-    }
-    // Every pipe closed, ranks still running: wait all the same (no busy loop).
-    ::poll(fds.empty() ? nullptr : fds.data(), fds.size(), 100);
-    for (size_t k = 0; k < fds.size(); ++k) {
-      if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      Rank& r = ranks[who[k].first];
-      const bool is_err = who[k].second;
-      char buf[65536];
-      const ssize_t n = ::read(fds[k].fd, buf, sizeof(buf));
-      if (n > 0) {
-        Relay(r, is_err ? r.err_part : r.out_part, buf, size_t(n), is_err ? stderr : stdout);
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        FlushPart(r, is_err ? r.err_part : r.out_part, is_err ? stderr : stdout);
-        ::close(fds[k].fd);
-        (is_err ? r.err_fd : r.out_fd) = -1;
-      }
-    }
-    // Forward signals, each one received (a second Ctrl-C too). Ranks ending after one are
-    // not failures: the user asked.
-    if (g_signals != forwarded) {
-      forwarded = g_signals;
-      interrupt = g_signal;
-      fmt::print(stderr, "zinf launch: got signal {} ({}), passing it to every rank\n",
-                 interrupt, strsignal(interrupt));
-      for (auto& r : ranks)
-        if (!r.exited) ::kill(r.pid, interrupt);
-    }
-    // Reap.
-    bool all_done = true;
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      Rank& r = ranks[i];
-      if (r.exited) continue;
-      int status = 0;
-      const pid_t p = ::waitpid(r.pid, &status, WNOHANG);
-      if (p == r.pid) {
-        r.exited = true;
-        r.status = status;
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && failed < 0 && !terminating && interrupt == 0) failed = int(i);
-      } else {
-        all_done = false;
-      }
-    }
-    bool pipes_open = false;
-    for (const auto& r : ranks) pipes_open |= r.out_fd >= 0 || r.err_fd >= 0;
-    if (all_done && !pipes_open) break;
-    if (failed >= 0 && !terminating) {
-      terminating = true;
-      for (auto& r : ranks)
-        if (!r.exited) ::kill(r.pid, SIGTERM);
-      kill_at = std::chrono::steady_clock::now() +
-                std::chrono::milliseconds(int64_t(a.grace * 1000));
-    }
-    if (terminating && std::chrono::steady_clock::now() >= kill_at) {
-      for (auto& r : ranks)
-        if (!r.exited) ::kill(r.pid, SIGKILL);
-      kill_at = std::chrono::steady_clock::time_point::max();
-    }
-    if (all_done && pipes_open) {
-      // Every rank is gone; a grandchild may still hold a pipe: stop reading after a moment.
-      bool any = false;
-      for (auto& r : ranks) {
-        for (int* fd : {&r.out_fd, &r.err_fd}) {
-          pollfd probe{*fd, POLLIN, 0};
-          if (*fd >= 0 && ::poll(&probe, 1, 0) == 0) {
-            ::close(*fd);
-            *fd = -1;
-          }
-          any |= *fd >= 0;
-        }
-      }
-      if (!any) break;
+};
+
+// Forward signals, each one received (a second Ctrl-C too). Ranks ending after one are
+// not failures: the user asked.
+void ForwardSignals(std::vector<Rank>& ranks, Supervision& sv) {
+  if (g_signals != sv.forwarded) {
+    sv.forwarded = g_signals;
+    sv.interrupt = g_signal;
+    fmt::print(stderr, "zinf launch: got signal {} ({}), passing it to every rank\n",
+               sv.interrupt, strsignal(sv.interrupt));
+    for (auto& r : ranks)
+      if (!r.exited) ::kill(r.pid, sv.interrupt);
+  }
+}
+
+// Reaps the ranks that ended, noting the first failure; true when every rank has ended.
+bool Reap(std::vector<Rank>& ranks, Supervision& sv) {
+  bool all_done = true;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    Rank& r = ranks[i];
+    if (r.exited) continue;
+    int status = 0;
+    const pid_t p = ::waitpid(r.pid, &status, WNOHANG);
+    if (p == r.pid) {
+      r.exited = true;
+      r.status = status;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && sv.failed < 0 && !sv.terminating && sv.interrupt == 0) sv.failed = int(i);
+    } else {
+      all_done = false;
     }
   }
-  if (failed >= 0) {
-    const Rank& r = ranks[size_t(failed)];
+  return all_done;
+}
+
+// After a failure: SIGTERM to the ranks still running, then SIGKILL once --grace has passed.
+void EndAfterFailure(const LaunchArgs& a, std::vector<Rank>& ranks, Supervision& sv) {
+  if (sv.failed >= 0 && !sv.terminating) {
+    sv.terminating = true;
+    for (auto& r : ranks)
+      if (!r.exited) ::kill(r.pid, SIGTERM);
+    sv.kill_at = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(int64_t(a.grace * 1000));
+  }
+  if (sv.terminating && std::chrono::steady_clock::now() >= sv.kill_at) {
+    for (auto& r : ranks)
+      if (!r.exited) ::kill(r.pid, SIGKILL);
+    sv.kill_at = std::chrono::steady_clock::time_point::max();
+  }
+}
+
+// Every rank is gone; a grandchild may still hold a pipe: closes those with nothing to read
+// and returns whether any is still open.
+bool CloseIdlePipes(std::vector<Rank>& ranks) {
+  bool any = false;
+  for (auto& r : ranks) {
+    for (int* fd : {&r.out_fd, &r.err_fd}) {
+      pollfd probe{*fd, POLLIN, 0};
+      if (*fd >= 0 && ::poll(&probe, 1, 0) == 0) {
+        ::close(*fd);
+        *fd = -1;
+      }
+      any |= *fd >= 0;
+    }
+  }
+  return any;
+}
+
+// The exit status, naming the rank that failed or ended badly.
+int Outcome(const std::vector<Rank>& ranks, const Supervision& sv) {
+  if (sv.failed >= 0) {
+    const Rank& r = ranks[size_t(sv.failed)];
     fmt::print(stderr, "zinf launch: rank {} {}{}; the other ranks were ended\n", r.rank,
                HowEnded(r.status),
                r.last_line.empty() ? std::string(" without printing anything")
                                    : fmt::format(", its last message: {}", r.last_line));
     return 1;
   }
+  const int interrupt = sv.interrupt;
   for (const auto& r : ranks) {
     if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) {
       fmt::print(stderr, "zinf launch: rank {} {}{}\n", r.rank, HowEnded(r.status),
@@ -277,6 +297,32 @@ int Launch(const LaunchArgs& a) {
     }
   }
   return 0;
+}
+
+int Launch(const LaunchArgs& a) {
+  const std::string run_id = RunIdOf(a);
+  struct sigaction sa{};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
+
+  std::vector<Rank> ranks(static_cast<size_t>(a.nproc));
+  if (!SpawnAll(a, ranks, run_id)) return 1;
+
+  Supervision sv;
+  for (;;) {
+    // Relay output.
+    RelayOutput(ranks);
+    ForwardSignals(ranks, sv);
+    // Reap.
+    const bool all_done = Reap(ranks, sv);
+    bool pipes_open = false;
+    for (const auto& r : ranks) pipes_open |= r.out_fd >= 0 || r.err_fd >= 0;
+    if (all_done && !pipes_open) break;
+    EndAfterFailure(a, ranks, sv);
+    if (all_done && pipes_open && !CloseIdlePipes(ranks)) break;
+  }
+  return Outcome(ranks, sv);
 }
 
 }  // namespace

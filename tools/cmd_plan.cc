@@ -168,33 +168,23 @@ Status ProbeCompute(const Config& c, train::PlanRates* r) {
   return Status::Ok();
 }
 
-int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
-  auto fail = [](const Status& s, int code) {
-    fmt::print(stderr, "zinf plan: {}\n", s.ToString());
-    return code;
-  };
-  auto cfg = BuildTrainConfig(cmd, a);
-  if (!cfg.ok()) return fail(cfg.status(), 2);
-  Config& c = cfg->config;
-  const train::GptDims dims = train::GptDims::FromConfig(c.zinf.model);
-  const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
-  const kernels::DType moments = train::MomentType(c);
-  const uint64_t per_param = train::StateBytesPerParam(c);
-
-  train::PlanInputs in;
-  in.dims = dims;
-  in.world = pa.world;
-  const bool chunked = pa.world > 1 && c.Stage() >= 1;
-  if (chunked) {
-    for (uint32_t u = 0; u < dims.units(); ++u) {
-      if (ckpt::ChunkOfUnit(dims.UnitParams(u), pa.world, pa.world - 1).len == 0) {
-        return fail(InvalidArgument(fmt::format(
-            "{} has {} parameters: too few to give each of {} ranks a part of its optimizer "
-            "state (ZeRO-1); use fewer ranks or stage 0", dims.UnitName(u), dims.UnitParams(u),
-            pa.world)), 1);
-      }
+// With ZeRO-1 and above across ranks, every unit must give each rank a part of its state.
+Status CheckChunks(const train::GptDims& dims, uint32_t world) {
+  for (uint32_t u = 0; u < dims.units(); ++u) {
+    if (ckpt::ChunkOfUnit(dims.UnitParams(u), world, world - 1).len == 0) {
+      return InvalidArgument(fmt::format(
+          "{} has {} parameters: too few to give each of {} ranks a part of its optimizer "
+          "state (ZeRO-1); use fewer ranks or stage 0", dims.UnitName(u), dims.UnitParams(u),
+          world));
     }
   }
+  return Status::Ok();
+}
+
+// The planner's inputs from the config: the shapes, the budgets, the executor's device buffers
+// and the swap directories' free bytes and alignment.
+void FillPlanInputs(const Config& c, const PlanArgs& pa, bool state_nvme, train::PlanInputs& in) {
+  const train::GptDims& dims = in.dims;
   in.batch = static_cast<int>(c.MicroBatchSize());
   in.seq = static_cast<int>(c.zinf.model.seq_len);
   in.micro_batches = static_cast<uint32_t>(c.GradientAccumulationSteps());
@@ -220,7 +210,7 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   eo.optimizer_on_nvme = state_nvme;
   eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
   eo.micro_batches = in.micro_batches;
-  eo.moment_type = moments;
+  eo.moment_type = train::MomentType(c);
   eo.sizing_world = pa.world;
   eo.partition_optimizer = pa.world > 1 && c.Stage() >= 1;
   eo.partition_grads = pa.world > 1 && c.Stage() >= 2;
@@ -231,36 +221,26 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   for (const auto& d : dirs) in.swap_free_bytes += FreeBytes(d);
   const bool swap_used = state_nvme || c.zero.offload_param.device == OffloadDevice::kNvme;
   if (swap_used) in.align = OffsetAlign(dirs[0]);
-  // Rank 0's share of the memory available: the ranks on this machine split it, as zinf train
-  // does (by LOCAL_WORLD_SIZE).
-  const uint64_t available = MemAvailableBytes() / pa.world;
-  // zinf.budgets.host_bytes "auto": what zinf train would size it to now.
-  if (c.zinf.budgets.host_bytes_auto && state_nvme && available > 0) {
-    c.zinf.budgets.host_bytes = train::AutoHostBytes(available, in.pinned_budget, in.device_budget);
-  }
-  // Rank 0's chunks across ranks (the largest), as zinf train places each rank's own.
-  auto state_elems = [&](uint32_t u) {
-    const uint64_t n = dims.UnitParams(u);
-    return chunked ? ckpt::ChunkOfUnit(n, pa.world, 0).len : n;
-  };
-  auto placement = train::PlaceOptimizerState(
-      dims, c, a.placement, per_param, state_elems,
-      available > in.pinned_budget ? available - in.pinned_budget : 1);
-  if (!placement.ok()) return fail(placement.status(), 1);
+}
 
-  // Rates: flags, then the file, then measured.
-  train::PlanRates rates;
-  std::vector<std::string> measured, given;
+// The --rates file's object (its `rates` block when it is this command's own --json); null
+// without --rates.
+Result<nlohmann::json> ReadRatesFile(const std::string& path) {
   nlohmann::json file;
-  if (!pa.rates.empty()) {
-    std::ifstream f(pa.rates);
-    if (!f) return fail(InvalidArgument("--rates " + pa.rates + ": cannot open the file"), 2);
-    file = nlohmann::json::parse(f, nullptr, false);
-    if (file.is_discarded() || !file.is_object()) {
-      return fail(InvalidArgument("--rates " + pa.rates + ": expected a JSON object"), 2);
-    }
-    if (file.contains("rates")) file = file["rates"];  // this command's own --json
+  if (path.empty()) return file;
+  std::ifstream f(path);
+  if (!f) return InvalidArgument("--rates " + path + ": cannot open the file");
+  file = nlohmann::json::parse(f, nullptr, false);
+  if (file.is_discarded() || !file.is_object()) {
+    return InvalidArgument("--rates " + path + ": expected a JSON object");
   }
+  if (file.contains("rates")) file = file["rates"];  // this command's own --json
+  return file;
+}
+
+// The rates given by flags, else by the file; their names go to `given`.
+void TakeGivenRates(const PlanArgs& pa, nlohmann::json& file, train::PlanRates& rates,
+                    std::vector<std::string>& given) {
   auto take = [&](double flag, const char* key, double* out) {
     if (flag > 0) {
       *out = flag;
@@ -285,15 +265,13 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
     if (rates.link_h2d_gbps <= 0) rates.link_h2d_gbps = rates.link_d2h_gbps;
     if (rates.link_d2h_gbps <= 0) rates.link_d2h_gbps = rates.link_h2d_gbps;
   }
-  auto kind = ParseDeviceKind(a.device);
-  if (!kind.ok()) return fail(kind.status().WithContext("--device"), 2);
-  const bool host_device =
-      *kind == DeviceKind::kHost || (*kind == DeviceKind::kAuto && ProbeCuda().device_count == 0);
-  if (!host_device) {
-    in.device_reserved += kernels::cuda::kCublasWorkspaceBytes +
-                          (static_cast<uint64_t>(mb) * seq * 4 + kDeviceAlignment - 1) /
-                              kDeviceAlignment * kDeviceAlignment;
-  }
+}
+
+// Measures the rates neither given nor in the file: the link, the disk (when the run swaps),
+// the Adam and the compute.
+Status MeasureRates(const Config& c, const TrainArgs& a, const PlanArgs& pa, DeviceKind kind,
+                    bool host_device, uint64_t device_budget, train::PlanRates& rates,
+                    std::vector<std::string>& given, std::vector<std::string>& measured) {
   if ((rates.link_h2d_gbps <= 0 || rates.link_d2h_gbps <= 0) && host_device && a.h2d_gbps > 0) {
     // The host-emulated device's link, as zinf train will pace it.
     rates.link_h2d_gbps = rates.link_d2h_gbps = a.h2d_gbps;
@@ -301,34 +279,132 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   }
   if (rates.link_h2d_gbps <= 0 || rates.link_d2h_gbps <= 0) {
     DeviceOptions dopt;
-    dopt.kind = *kind;
-    dopt.budget_bytes = in.device_budget;
+    dopt.kind = kind;
+    dopt.budget_bytes = device_budget;
     dopt.copy_gbps = a.h2d_gbps;
     auto link = [&]() -> Result<LinkRates> {
       ZINF_ASSIGN_OR_RETURN(auto device, MakeDevice(dopt));
       return ProbeLink(*device);
     }();
     if (!link.ok()) {
-      return fail(link.status().WithContext("measuring the link (or give its rate: --link-gbps)"), 1);
+      return link.status().WithContext("measuring the link (or give its rate: --link-gbps)");
     }
     rates.link_h2d_gbps = link->h2d_gbps;
     rates.link_d2h_gbps = link->d2h_gbps;
     measured.push_back("link");
   }
+  const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   const bool uses_swap = state_nvme || c.zero.offload_param.device == OffloadDevice::kNvme;
   if (uses_swap && (rates.read_gbps <= 0 || rates.write_gbps <= 0)) {
-    if (Status s = ProbeDisk(c, pa.probe_seconds, &rates); !s.ok()) return fail(s, 1);
+    ZINF_RETURN_IF_ERROR(ProbeDisk(c, pa.probe_seconds, &rates));
     measured.push_back("disk");
   }
   if (rates.adam_ns_per_param <= 0) {
-    auto ns = ProbeAdam(c);
-    if (!ns.ok()) return fail(ns.status(), 1);
-    rates.adam_ns_per_param = *ns;
+    ZINF_ASSIGN_OR_RETURN(rates.adam_ns_per_param, ProbeAdam(c));
     measured.push_back("Adam");
   }
   if (rates.compute_seconds <= 0) {
-    if (Status s = ProbeCompute(c, &rates); !s.ok()) return fail(s, 1);
+    ZINF_RETURN_IF_ERROR(ProbeCompute(c, &rates));
     measured.push_back("compute");
+  }
+  return Status::Ok();
+}
+
+// Prints the plan (and the proposal, if any): JSON with --json, else text.
+void PrintPlan(const PlanArgs& pa, const train::GptDims& dims, const train::Plan& plan,
+               const train::PlanRates& rates, const std::optional<train::Plan>& proposal,
+               uint64_t proposed_host) {
+  nlohmann::json j = plan.ToJson();
+  j["rates"] = {{"read_gbps", rates.read_gbps},
+                {"write_gbps", rates.write_gbps},
+                {"adam_ns_per_param", rates.adam_ns_per_param},
+                {"compute_seconds", rates.compute_seconds},
+                {"comm_gbps", rates.comm_gbps},
+                {"link_h2d_gbps", rates.link_h2d_gbps},
+                {"link_d2h_gbps", rates.link_d2h_gbps},
+                {"compute_on_host", rates.compute_on_host},
+                {"source", rates.source}};
+  if (proposal) {
+    j["proposal"] = {{"host_bytes", proposed_host}, {"plan", proposal->ToJson()}};
+  }
+  if (pa.json) {
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("{}", train::FormatPlan(plan, dims));
+  fmt::print("rates  : NVMe read {:.3f} GB/s, write {:.3f} GB/s; Adam {:.3f} ns a parameter; "
+             "compute {:.2f} s a step; link {:.2f} GB/s to the device, {:.2f} back ({})\n",
+             rates.read_gbps, rates.write_gbps, rates.adam_ns_per_param, rates.compute_seconds,
+             rates.link_h2d_gbps, rates.link_d2h_gbps, rates.source);
+  if (proposal) {
+    fmt::print("proposal: --host-budget {}: {}; NVMe read {} written {} a step, step {:.2f} s "
+               "({:.2f}x), bound by {}\n",
+               FormatBytesShort(proposed_host), proposal->placement.Describe(dims),
+               FormatBytesHuman(static_cast<uint64_t>(proposal->nvme_read_per_step)),
+               FormatBytesHuman(static_cast<uint64_t>(proposal->nvme_write_per_step)),
+               proposal->step_seconds,
+               plan.step_seconds > 0 ? proposal->step_seconds / plan.step_seconds : 0,
+               proposal->bound);
+  }
+}
+
+int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
+  auto fail = [](const Status& s, int code) {
+    fmt::print(stderr, "zinf plan: {}\n", s.ToString());
+    return code;
+  };
+  auto cfg = BuildTrainConfig(cmd, a);
+  if (!cfg.ok()) return fail(cfg.status(), 2);
+  Config& c = cfg->config;
+  const train::GptDims dims = train::GptDims::FromConfig(c.zinf.model);
+  const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  const uint64_t per_param = train::StateBytesPerParam(c);
+
+  train::PlanInputs in;
+  in.dims = dims;
+  in.world = pa.world;
+  const bool chunked = pa.world > 1 && c.Stage() >= 1;
+  if (chunked) {
+    if (Status s = CheckChunks(dims, pa.world); !s.ok()) return fail(s, 1);
+  }
+  FillPlanInputs(c, pa, state_nvme, in);
+  // Rank 0's share of the memory available: the ranks on this machine split it, as zinf train
+  // does (by LOCAL_WORLD_SIZE).
+  const uint64_t available = MemAvailableBytes() / pa.world;
+  // zinf.budgets.host_bytes "auto": what zinf train would size it to now.
+  if (c.zinf.budgets.host_bytes_auto && state_nvme && available > 0) {
+    c.zinf.budgets.host_bytes = train::AutoHostBytes(available, in.pinned_budget, in.device_budget);
+  }
+  // Rank 0's chunks across ranks (the largest), as zinf train places each rank's own.
+  auto state_elems = [&](uint32_t u) {
+    const uint64_t n = dims.UnitParams(u);
+    return chunked ? ckpt::ChunkOfUnit(n, pa.world, 0).len : n;
+  };
+  auto placement = train::PlaceOptimizerState(
+      dims, c, a.placement, per_param, state_elems,
+      available > in.pinned_budget ? available - in.pinned_budget : 1);
+  if (!placement.ok()) return fail(placement.status(), 1);
+
+  // Rates: flags, then the file, then measured.
+  train::PlanRates rates;
+  std::vector<std::string> measured, given;
+  auto file = ReadRatesFile(pa.rates);
+  if (!file.ok()) return fail(file.status(), 2);
+  TakeGivenRates(pa, *file, rates, given);
+  auto kind = ParseDeviceKind(a.device);
+  if (!kind.ok()) return fail(kind.status().WithContext("--device"), 2);
+  const bool host_device =
+      *kind == DeviceKind::kHost || (*kind == DeviceKind::kAuto && ProbeCuda().device_count == 0);
+  if (!host_device) {
+    const int mb = static_cast<int>(c.MicroBatchSize()), seq = static_cast<int>(c.zinf.model.seq_len);
+    in.device_reserved += kernels::cuda::kCublasWorkspaceBytes +
+                          (static_cast<uint64_t>(mb) * seq * 4 + kDeviceAlignment - 1) /
+                              kDeviceAlignment * kDeviceAlignment;
+  }
+  if (Status s = MeasureRates(c, a, pa, *kind, host_device, in.device_budget, rates, given,
+                              measured);
+      !s.ok()) {
+    return fail(s, 1);
   }
   rates.compute_on_host = host_device;
   rates.source = fmt::format("{}{}{}", given.empty() ? "" : "given: " + fmt::format("{}", fmt::join(given, ", ")),
@@ -351,38 +427,7 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
       if (pp.ok() && pp->memory_bytes > 0) proposal = train::PlanRun(pc, in, *pp, rates);
     }
   }
-  nlohmann::json j = plan.ToJson();
-  j["rates"] = {{"read_gbps", rates.read_gbps},
-                {"write_gbps", rates.write_gbps},
-                {"adam_ns_per_param", rates.adam_ns_per_param},
-                {"compute_seconds", rates.compute_seconds},
-                {"comm_gbps", rates.comm_gbps},
-                {"link_h2d_gbps", rates.link_h2d_gbps},
-                {"link_d2h_gbps", rates.link_d2h_gbps},
-                {"compute_on_host", rates.compute_on_host},
-                {"source", rates.source}};
-  if (proposal) {
-    j["proposal"] = {{"host_bytes", proposed_host}, {"plan", proposal->ToJson()}};
-  }
-  if (pa.json) {
-    fmt::print("{}\n", j.dump(2));
-  } else {
-    fmt::print("{}", train::FormatPlan(plan, dims));
-    fmt::print("rates  : NVMe read {:.3f} GB/s, write {:.3f} GB/s; Adam {:.3f} ns a parameter; "
-               "compute {:.2f} s a step; link {:.2f} GB/s to the device, {:.2f} back ({})\n",
-               rates.read_gbps, rates.write_gbps, rates.adam_ns_per_param, rates.compute_seconds,
-               rates.link_h2d_gbps, rates.link_d2h_gbps, rates.source);
-    if (proposal) {
-      fmt::print("proposal: --host-budget {}: {}; NVMe read {} written {} a step, step {:.2f} s "
-                 "({:.2f}x), bound by {}\n",
-                 FormatBytesShort(proposed_host), proposal->placement.Describe(dims),
-                 FormatBytesHuman(static_cast<uint64_t>(proposal->nvme_read_per_step)),
-                 FormatBytesHuman(static_cast<uint64_t>(proposal->nvme_write_per_step)),
-                 proposal->step_seconds,
-                 plan.step_seconds > 0 ? proposal->step_seconds / plan.step_seconds : 0,
-                 proposal->bound);
-    }
-  }
+  PrintPlan(pa, dims, plan, rates, proposal, proposed_host);
   return plan.fits ? 0 : 1;
 }
 

@@ -40,27 +40,10 @@ const CLI::Validator kNonNegative(
     },
     "NONNEGATIVE");
 
-int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
-  auto cfg = BuildTrainConfig(cmd, a);
-  if (!cfg.ok()) {
-    fmt::print(stderr, "zinf train: {}\n", cfg.status().ToString());
-    return 2;
-  }
-  if (a.print_config) {
-    fmt::print("{}", cfg->sources.Annotate(cfg->config));
-    return 0;
-  }
-  auto kind = ParseDeviceKind(a.device);
-  if (!kind.ok()) {
-    fmt::print(stderr, "zinf train: --device: {}\n", kind.status().ToString());
-    return 2;
-  }
-  if (Status s = PrepareSwapDirs(cfg->config); !s.ok()) {
-    fmt::print(stderr, "zinf train: {}\n", s.ToString());
-    return 2;
-  }
+// The trainer's options from the flags and the config.
+train::TrainOptions TrainOptionsOf(const TrainArgs& a, const Config& config, DeviceKind kind) {
   train::TrainOptions o;
-  o.config = cfg->config;
+  o.config = config;
   o.steps = a.steps;
   o.data_path = a.data;
   o.val_data_path = a.val_data;
@@ -68,33 +51,12 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
   o.data_format = *train::ParseDataFormat(a.data_format);
   o.synthetic_bytes = a.synthetic_bytes;
   o.eval_every = a.eval_every;
-  // A resume runs to the total its checkpoint's run was asked for and reads the same data,
-  // unless flags say otherwise (the data is then checked against the checkpoint's).
-  if (const auto& run = cfg->resumed_run) {
-    const auto unset = [&](const char* flag) { return cmd.count(flag) == 0; };
-    if (unset("--steps")) o.steps = run->steps_total;
-    if (unset("--data") && unset("--val-data") && unset("--data-format") &&
-        unset("--synthetic-bytes")) {
-      o.data_path = run->data;
-      o.val_data_path = run->val_data;
-      auto format = train::ParseDataFormat(run->data_format);
-      if (!format.ok()) {
-        fmt::print(stderr, "zinf train: --resume: {}\n", format.status().ToString());
-        return 2;
-      }
-      o.data_format = *format;
-      o.synthetic_bytes = run->synthetic_bytes;
-      o.val_fraction = run->val_fraction;
-      o.eval_batches = run->eval_batches;
-    }
-    if (unset("--eval-every")) o.eval_every = run->eval_every;
-  }
   o.init_path = a.init;
   o.save_path = a.save;
   o.losses_path = a.losses;
   o.summary_path = a.summary;
   o.trace_path = a.trace;
-  o.device = *kind;
+  o.device = kind;
   o.placement = a.placement;
   o.h2d_gbps = a.h2d_gbps;
   o.profile = a.profile;
@@ -105,22 +67,30 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
     fmt::print("{}\n", line);
     std::fflush(stdout);
   };
-  // SIGINT (Ctrl-C) and SIGTERM end the current step, commit a checkpoint when
-  // zinf.checkpoint.dir is set, and exit; a second signal kills at once (the last committed
-  // checkpoint stays intact).
-  struct sigaction sa {};
-  sa.sa_handler = OnInterrupt;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  auto r = train::Train(o);
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
-  if (!r.ok()) {
-    fmt::print(stderr, "zinf train: {}\n", r.status().ToString());
-    return 1;
+  return o;
+}
+
+// A resume runs to the total its checkpoint's run was asked for and reads the same data,
+// unless flags say otherwise (the data is then checked against the checkpoint's).
+Status ApplyResumedRun(const CLI::App& cmd, const train::RecordedRun& run,
+                       train::TrainOptions& o) {
+  const auto unset = [&](const char* flag) { return cmd.count(flag) == 0; };
+  if (unset("--steps")) o.steps = run.steps_total;
+  if (unset("--data") && unset("--val-data") && unset("--data-format") &&
+      unset("--synthetic-bytes")) {
+    o.data_path = run.data;
+    o.val_data_path = run.val_data;
+    ZINF_ASSIGN_OR_RETURN(o.data_format, train::ParseDataFormat(run.data_format));
+    o.synthetic_bytes = run.synthetic_bytes;
+    o.val_fraction = run.val_fraction;
+    o.eval_batches = run.eval_batches;
   }
-  const train::TrainSummary& s = *r;
-  if (s.rank != 0) return 0;  // across ranks, rank 0 reports for the job
+  if (unset("--eval-every")) o.eval_every = run.eval_every;
+  return Status::Ok();
+}
+
+// The run's summary, as rank 0 prints it.
+void PrintTrainSummary(const train::TrainSummary& s) {
   fmt::print("done: {} steps ({} skipped), loss {:.4f} -> {:.4f}{}, {:.0f} tokens/s, median step "
              "{:.3f} s, stall {:.1f}%\n",
              s.steps, s.skipped_steps, s.first_loss, s.final_loss,
@@ -184,13 +154,57 @@ int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
         FormatBytesHuman(s.plain_copy_bytes / s.plain_copies),
         s.plain_copy_seconds / static_cast<double>(s.plain_copies));
   }
+}
+
+int RunTrain(const CLI::App& cmd, const TrainArgs& a) {
+  auto cfg = BuildTrainConfig(cmd, a);
+  if (!cfg.ok()) {
+    fmt::print(stderr, "zinf train: {}\n", cfg.status().ToString());
+    return 2;
+  }
+  if (a.print_config) {
+    fmt::print("{}", cfg->sources.Annotate(cfg->config));
+    return 0;
+  }
+  auto kind = ParseDeviceKind(a.device);
+  if (!kind.ok()) {
+    fmt::print(stderr, "zinf train: --device: {}\n", kind.status().ToString());
+    return 2;
+  }
+  if (Status s = PrepareSwapDirs(cfg->config); !s.ok()) {
+    fmt::print(stderr, "zinf train: {}\n", s.ToString());
+    return 2;
+  }
+  train::TrainOptions o = TrainOptionsOf(a, cfg->config, *kind);
+  if (const auto& run = cfg->resumed_run) {
+    if (Status s = ApplyResumedRun(cmd, *run, o); !s.ok()) {
+      fmt::print(stderr, "zinf train: --resume: {}\n", s.ToString());
+      return 2;
+    }
+  }
+  // SIGINT (Ctrl-C) and SIGTERM end the current step, commit a checkpoint when
+  // zinf.checkpoint.dir is set, and exit; a second signal kills at once (the last committed
+  // checkpoint stays intact).
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  auto r = train::Train(o);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  if (!r.ok()) {
+    fmt::print(stderr, "zinf train: {}\n", r.status().ToString());
+    return 1;
+  }
+  const train::TrainSummary& s = *r;
+  if (s.rank != 0) return 0;  // across ranks, rank 0 reports for the job
+  PrintTrainSummary(s);
   // Stopped by a signal: 0 when the state is kept in a checkpoint, else 130 (as an interrupt).
   return s.stopped && s.checkpoints == 0 ? 130 : 0;
 }
 
-}  // namespace
-
-void AddTrainFlags(CLI::App* cmd, TrainArgs* a) {
+// The config, the run's length and its data.
+void AddDataFlags(CLI::App* cmd, TrainArgs* a) {
   cmd->add_option("--config", a->config,
                   "JSON config (DeepSpeed keys + zinf block): its keys replace the default job's, "
                   "flags replace both")
@@ -222,6 +236,10 @@ void AddTrainFlags(CLI::App* cmd, TrainArgs* a) {
       ->needs(data);
   cmd->add_option("--synthetic-bytes", a->synthetic_bytes, "Size of the synthetic corpus")
       ->capture_default_str();
+}
+
+// The model, the batch, the optimizer and the offload.
+void AddModelFlags(CLI::App* cmd, TrainArgs* a) {
   cmd->add_option("--layers", a->layers, "zinf.model.layers")->check(CLI::Range(1u, 4096u));
   cmd->add_option("--width", a->width, "zinf.model.width")->check(CLI::Range(1u, 65536u));
   cmd->add_option("--heads", a->heads, "zinf.model.heads")->check(CLI::Range(1u, 1024u));
@@ -243,6 +261,10 @@ void AddTrainFlags(CLI::App* cmd, TrainArgs* a) {
       ->check(CLI::IsMember({"bf16", "fp16"}));
   cmd->add_option("--offload", a->offload, "Where parameters and optimizer state live: nvme, cpu or none")
       ->check(CLI::IsMember({"nvme", "cpu", "none"}));
+}
+
+// The device, the budgets and placement, and the files the run writes.
+void AddPlacementFlags(CLI::App* cmd, TrainArgs* a) {
   cmd->add_option("--swap-dir", a->swap_dir, "Directory for the swap file (NVMe offload)");
   cmd->add_option("--device", a->device, "auto, host or cuda")->capture_default_str();
   cmd->add_option("--device-budget", a->device_budget, "zinf.budgets.device_bytes, e.g. 512M, or auto");
@@ -267,6 +289,10 @@ void AddTrainFlags(CLI::App* cmd, TrainArgs* a) {
   cmd->add_option("--losses", a->losses, "Write each step's loss as JSON lines");
   cmd->add_option("--summary-json", a->summary, "Write the run's summary as one JSON object");
   cmd->add_option("--trace", a->trace, "Write a Chrome trace-event JSON");
+}
+
+// The optimizer state, the collectives, checkpoints and profiling.
+void AddStateAndCheckpointFlags(CLI::App* cmd, TrainArgs* a) {
   cmd->add_option("--optimizer-state-dtype", a->state_dtype,
                   "zinf.optimizer_state_dtype: the Adam moments' storage, fp32 or bf16 (8 instead "
                   "of 12 bytes a parameter of optimizer state)")
@@ -311,6 +337,15 @@ void AddTrainFlags(CLI::App* cmd, TrainArgs* a) {
                 "JSON, each value with where it came from, and exit without training");
   cmd->add_flag("--profile", a->profile,
                 "Also measure compute, NVMe I/O and Adam alone and print the step over the largest");
+}
+
+}  // namespace
+
+void AddTrainFlags(CLI::App* cmd, TrainArgs* a) {
+  AddDataFlags(cmd, a);
+  AddModelFlags(cmd, a);
+  AddPlacementFlags(cmd, a);
+  AddStateAndCheckpointFlags(cmd, a);
 }
 
 void RegisterTrain(CLI::App& app, int& exit_code) {

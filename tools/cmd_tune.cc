@@ -34,39 +34,50 @@ struct TuneArgs {
 
 using Key = std::tuple<std::string, uint64_t, unsigned>;  // engine, block, qd
 
-int RunTune(const TuneArgs& a) {
-  auto fail = [](const Status& s, int code) {
-    fmt::print(stderr, "zinf tune: {}\n", s.ToString());
-    return code;
-  };
+// The command line, parsed.
+struct TuneOptions {
   std::vector<io::EngineKind> engines;
+  std::vector<uint64_t> blocks, qds;
+  uint64_t size = 0;
+  double seconds = 0;
+};
+
+Result<TuneOptions> ParseTuneOptions(const TuneArgs& a) {
+  TuneOptions o;
   for (const auto& name : SplitCommas(a.engines)) {
     auto k = io::ParseEngineKind(name);
-    if (!k.ok()) return fail(k.status().WithContext("--engines"), 2);
-    engines.push_back(*k);
+    if (!k.ok()) return k.status().WithContext("--engines");
+    o.engines.push_back(*k);
   }
   auto blocks = ParseBytesList(a.blocks);
-  if (!blocks.ok()) return fail(blocks.status().WithContext("--blocks"), 2);
+  if (!blocks.ok()) return blocks.status().WithContext("--blocks");
+  o.blocks = *blocks;
   auto qds = ParseUintList(a.qds);
-  if (!qds.ok()) return fail(qds.status().WithContext("--qds"), 2);
+  if (!qds.ok()) return qds.status().WithContext("--qds");
+  o.qds = *qds;
   auto size = ParseBytes(a.size);
-  if (!size.ok()) return fail(size.status().WithContext("--size"), 2);
+  if (!size.ok()) return size.status().WithContext("--size");
+  o.size = *size;
   auto seconds = ParseSeconds(a.time);
   if (!seconds.ok() || *seconds <= 0) {
-    return fail(InvalidArgument(fmt::format("--time '{}': expected seconds > 0", a.time)), 2);
+    return InvalidArgument(fmt::format("--time '{}': expected seconds > 0", a.time));
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  auto target = IoBenchTarget::Create(a.paths, *size, 1 << 20, false);
-  if (!target.ok()) return fail(target.status(), 1);
+  o.seconds = *seconds;
+  return o;
+}
 
-  FILE* progress = a.json ? stderr : stdout;
-  fmt::print(progress, "{}\n", FormatTableHeader());
+// The runs so far, each printed to `progress` as it ends.
+struct Tuner {
+  IoBenchTarget& target;
+  double seconds;
+  FILE* progress;
   std::map<Key, std::vector<double>> samples[2];  // [0] read, [1] write
   std::map<Key, IoBenchResult> last[2];
-  auto run = [&](io::EngineKind engine, IoPattern op, uint64_t block, unsigned qd) -> Status {
+
+  Status Run(io::EngineKind engine, IoPattern op, uint64_t block, unsigned qd) {
     IoBenchSpec spec{.engine = engine, .pattern = op, .block = block, .queue_depth = qd,
-                     .seconds = *seconds};
-    auto r = RunIoBench(**target, spec);
+                     .seconds = seconds};
+    auto r = RunIoBench(target, spec);
     if (!r.ok()) return r.status();
     fmt::print(progress, "{}\n", FormatTableRow(*r));
     std::fflush(progress);
@@ -75,57 +86,65 @@ int RunTune(const TuneArgs& a) {
     samples[d][k].push_back(r->gbps);
     last[d][k] = *r;
     return Status::Ok();
-  };
-  const IoPattern kOps[2] = {IoPattern::kRead, IoPattern::kWrite};
-  auto ranked = [&](int d) {
+  }
+
+  // Direction d's settings, the fastest (median GB/s) first.
+  std::vector<std::pair<double, Key>> Ranked(int d) const {
     std::vector<std::pair<double, Key>> v;
     for (auto& [k, s] : samples[d]) v.push_back({Median(s), k});
     std::sort(v.begin(), v.end(), [](auto& x, auto& y) { return x.first > y.first; });
     return v;
-  };
+  }
+};
 
+constexpr IoPattern kOps[2] = {IoPattern::kRead, IoPattern::kWrite};
+
+// Runs the three phases of the search.
+Status Search(const TuneOptions& o, Tuner& t) {
   // 1. Grid on the first engine.
   for (int d = 0; d < 2; ++d) {
-    for (uint64_t b : *blocks) {
-      for (uint64_t q : *qds) {
-        Status s = run(engines[0], kOps[d], b, static_cast<unsigned>(q));
-        if (!s.ok()) return fail(s, 1);
+    for (uint64_t b : o.blocks) {
+      for (uint64_t q : o.qds) {
+        ZINF_RETURN_IF_ERROR(t.Run(o.engines[0], kOps[d], b, static_cast<unsigned>(q)));
       }
     }
   }
   // 2. The two best shapes of each direction on the other engines.
-  for (size_t e = 1; e < engines.size(); ++e) {
+  for (size_t e = 1; e < o.engines.size(); ++e) {
     for (int d = 0; d < 2; ++d) {
-      auto top = ranked(d);
+      auto top = t.Ranked(d);
       std::vector<std::pair<uint64_t, unsigned>> shapes;
       for (auto& [g, k] : top) {
         auto shape = std::make_pair(std::get<1>(k), std::get<2>(k));
         if (std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(shape);
         if (shapes.size() == 2) break;
       }
-      for (auto [b, q] : shapes) {
-        Status s = run(engines[e], kOps[d], b, q);
-        if (!s.ok()) return fail(s, 1);
-      }
+      for (auto [b, q] : shapes) ZINF_RETURN_IF_ERROR(t.Run(o.engines[e], kOps[d], b, q));
     }
   }
   // 3. Alternate the three best of each direction, three rounds.
   std::vector<Key> finalists[2];
   for (int d = 0; d < 2; ++d) {
-    auto top = ranked(d);
+    auto top = t.Ranked(d);
     for (size_t i = 0; i < top.size() && i < 3; ++i) finalists[d].push_back(top[i].second);
   }
   for (int round = 0; round < 3; ++round) {
     for (int d = 0; d < 2; ++d) {
       for (const Key& k : finalists[d]) {
         auto kind = io::ParseEngineKind(std::get<0>(k));
-        Status s = run(*kind, kOps[d], std::get<1>(k), std::get<2>(k));
-        if (!s.ok()) return fail(s, 1);
+        ZINF_RETURN_IF_ERROR(t.Run(*kind, kOps[d], std::get<1>(k), std::get<2>(k)));
       }
     }
   }
-  auto best_read = ranked(0).front();
-  auto best_write = ranked(1).front();
+  return Status::Ok();
+}
+
+// Prints the best of each direction (unless --json) and the config block of the setting
+// chosen; the time is counted from t0.
+void PrintTuned(const TuneArgs& a, Tuner& t, std::chrono::steady_clock::time_point t0) {
+  auto& samples = t.samples;
+  auto best_read = t.Ranked(0).front();
+  auto best_write = t.Ranked(1).front();
   // One setting for both directions: the best worst-case fraction of each direction's best.
   Key chosen = best_read.second;
   double chosen_score = -1;
@@ -168,6 +187,24 @@ int RunTune(const TuneArgs& a) {
     fmt::print("tuned in {:.0f} s; put this in the config:\n", elapsed);
   }
   fmt::print("{}\n", out.dump(2));
+}
+
+int RunTune(const TuneArgs& a) {
+  auto fail = [](const Status& s, int code) {
+    fmt::print(stderr, "zinf tune: {}\n", s.ToString());
+    return code;
+  };
+  auto opts = ParseTuneOptions(a);
+  if (!opts.ok()) return fail(opts.status(), 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto target = IoBenchTarget::Create(a.paths, opts->size, 1 << 20, false);
+  if (!target.ok()) return fail(target.status(), 1);
+
+  FILE* progress = a.json ? stderr : stdout;
+  fmt::print(progress, "{}\n", FormatTableHeader());
+  Tuner t{**target, opts->seconds, progress, {}, {}};
+  if (Status s = Search(*opts, t); !s.ok()) return fail(s, 1);
+  PrintTuned(a, t, t0);
   return 0;
 }
 

@@ -43,7 +43,10 @@ nlohmann::json ToJson(const IoBenchResult& r) {
           {"registered_buffers", r.registered_buffers}};
 }
 
-Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec) {
+namespace {
+
+// Refuses a spec the target cannot run; fills the target before the first read run.
+Status CheckSpec(IoBenchTarget& target, const IoBenchSpec& spec) {
   const uint64_t align = target.offset_align();
   if (spec.block == 0 || spec.block % align != 0) {
     return InvalidArgument(fmt::format("--block {} must be a positive multiple of {} (the "
@@ -64,7 +67,20 @@ Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec)
     return InvalidArgument("a run needs a time or a byte limit");
   }
   if (IsRead(spec.pattern)) ZINF_RETURN_IF_ERROR(target.EnsureFilled());
+  return Status::Ok();
+}
 
+// What one run measured, and of its engine.
+struct Measured {
+  std::string engine;
+  bool registered_buffers = false;
+  uint64_t done_bytes = 0;
+  std::vector<float> lat_us;  // each request's latency
+  double seconds = 0;
+};
+
+// Keeps `queue_depth` requests in flight until the time or byte limit.
+Result<Measured> Measure(IoBenchTarget& target, const IoBenchSpec& spec) {
   io::EngineOptions eo;
   eo.kind = spec.engine;
   eo.block_size = spec.block;
@@ -142,9 +158,21 @@ Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec)
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!first_error.ok()) return first_error;
+  return Measured{std::string(engine->name()), engine->buffers_registered(), done_bytes,
+                  std::move(lat_us), seconds};
+}
+
+}  // namespace
+
+Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec) {
+  ZINF_RETURN_IF_ERROR(CheckSpec(target, spec));
+  ZINF_ASSIGN_OR_RETURN(Measured m, Measure(target, spec));
+  std::vector<float>& lat_us = m.lat_us;
+  const uint64_t done_bytes = m.done_bytes;
+  const double seconds = m.seconds;
 
   IoBenchResult res;
-  res.engine = std::string(engine->name());
+  res.engine = m.engine;
   res.pattern = spec.pattern;
   res.block = spec.block;
   res.queue_depth = spec.queue_depth;
@@ -155,7 +183,7 @@ Result<IoBenchResult> RunIoBench(IoBenchTarget& target, const IoBenchSpec& spec)
   res.gibps = static_cast<double>(done_bytes) / seconds / static_cast<double>(1ull << 30);
   res.iops = static_cast<double>(res.requests) / seconds;
   res.direct = target.direct();
-  res.registered_buffers = engine->buffers_registered();
+  res.registered_buffers = m.registered_buffers;
   if (!lat_us.empty()) {
     auto pct = [&](double q) {
       size_t k = std::min(lat_us.size() - 1, static_cast<size_t>(q * (lat_us.size() - 1) + 0.5));
