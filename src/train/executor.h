@@ -441,6 +441,20 @@ class LayerExecutor {
   uint64_t GradBytes(uint64_t n) const;
   // Starts the unit's gradient hand-over (GradAccumulator::Submit): never waits on the device.
   Status HandOverGrad(uint32_t unit, const float* grad, float scale, bool first, bool last);
+  // ForwardBackward's last part: every hand-over waited for, the micro-batch's finiteness and,
+  // on the last, the step's Σ g² (across ranks, over them). reduced_sum_squares: with overlap
+  // across ZeRO-1 ranks, what ReduceUnitGrad summed.
+  Status FinishBackward(bool last, const kernels::AdamHyper* overlap,
+                        double reduced_sum_squares, MicroBatchResult* r);
+  // The last micro-batch's backward starts the optimizer pipeline gated, when it is
+  // asynchronous and not partitioned; whether it did.
+  Result<bool> StartGatedStep(bool last, const kernels::AdamHyper* overlap);
+  // RestoreUnit's parts: a checkpoint's state that names this run's own swap extents (checked
+  // where they are; the unit's new 16-bit weights cast into the bounce slab), and the message
+  // for a role whose hash differs.
+  Result<uint16_t*> RestoreFromExtents(const UnitState& s, uint64_t id);
+  Status StateMismatch(uint32_t u, int role, uint64_t got, uint64_t recorded,
+                       const std::string& where) const;
   // One unit's optimizer step (its gradients final), new param16 home, gradients discarded.
   Status StepUnit(uint32_t unit, const kernels::AdamHyper& hyper, offload::OptimizerStepStats* st);
   // StepUnit's body for a unit whose state is in memory (no pipeline): Adam over its gradient

@@ -183,6 +183,62 @@ Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
   return out;
 }
 
+Status LayerExecutor::StateMismatch(uint32_t u, int role, uint64_t got, uint64_t recorded,
+                                    const std::string& where) const {
+  return DataLoss(fmt::format(
+      "optimizer state of unit {} ({}), {}: xxHash64 {} where the checkpoint recorded {} "
+      "({}): the data is corrupt; nothing was trained on it",
+      u, dims_.UnitName(u), offload::kStateRoleNames[role], Xxh64Hex(got), Xxh64Hex(recorded),
+      where));
+}
+
+Result<uint16_t*> LayerExecutor::RestoreFromExtents(const UnitState& s, uint64_t id) {
+  const uint32_t u = s.unit;
+  const uint32_t count = dims_.units();
+  const uint64_t n = StateElems(u);
+  int gen = -1;
+  for (int g = 0; g < static_cast<int>(state_ext_.size()) && gen < 0; ++g) {
+    bool same = true;
+    for (int r = 0; r < offload::kStateRoles; ++r) {
+      same = same && state_ext_[g][u][r].offset == s.extents[r].offset &&
+             state_ext_[g][u][r].bytes == s.extents[r].bytes;
+    }
+    if (same) gen = g;
+  }
+  if (gen < 0) {
+    return InvalidArgument(fmt::format(
+        "restore: unit {} ({}): the checkpoint's master extent (offset {}, {} bytes) is not "
+        "where this run keeps that unit's optimizer state; the model, the swap file or "
+        "zinf.checkpoint settings differ from the run that wrote the checkpoint",
+        u, dims_.UnitName(u), s.extents[0].offset, s.extents[0].bytes));
+  }
+  cur_gen_[u] = static_cast<uint8_t>(gen);
+  {
+    std::lock_guard<std::mutex> lock(protect_mu_);
+    std::vector<int8_t>& gens = protections_[id];
+    gens.resize(count, -1);
+    gens[u] = static_cast<int8_t>(gen);
+  }
+  uint8_t* slab = BounceBuffer();
+  const auto layout = pipeline_->LayoutFor(n);
+  const uint64_t at[offload::kStateRoles] = {layout.master, layout.exp_avg, layout.exp_avg_sq};
+  for (int r = 0; r < offload::kStateRoles; ++r) {
+    ZINF_RETURN_IF_ERROR(ReadStateRole(u, r, slab + at[r]));
+    const uint64_t got = Xxh64(slab + at[r], StateBytes(u, r));
+    if (got != s.hashes[r]) {
+      const std::string& file = rt_.swap->swap_file().members()[0]->path();
+      return StateMismatch(u, r, got, s.hashes[r],
+                           fmt::format("{} at offset {}", file, s.extents[r].offset));
+    }
+  }
+  uint16_t* p16 = reinterpret_cast<uint16_t*>(slab + layout.param16);
+  ZINF_RETURN_IF_ERROR(kernels::CastFromF32(reinterpret_cast<const float*>(slab + layout.master),
+                                            p16, options_.param16_type, n));
+  hashes_[u] = s.hashes;
+  hashes_known_[u] = 1;
+  return p16;
+}
+
 Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   ZINF_RETURN_IF_ERROR(WaitStateHold());
@@ -207,10 +263,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
         kernels::DTypeName(options_.moment_type)));
   }
   auto mismatch = [&](int r, uint64_t got, const std::string& where) {
-    return DataLoss(fmt::format(
-        "optimizer state of unit {} ({}), {}: xxHash64 {} where the checkpoint recorded {} "
-        "({}): the data is corrupt; nothing was trained on it",
-        u, dims_.UnitName(u), offload::kStateRoleNames[r], Xxh64Hex(got), Xxh64Hex(s.hashes[r]), where));
+    return StateMismatch(u, r, got, s.hashes[r], where);
   };
   uint16_t* p16 = p16_staging_.data();
   if (StateOnNvme(u) && s.arrays[0] != nullptr) {
@@ -237,46 +290,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
     hashes_[u] = s.hashes;
     hashes_known_[u] = 1;
   } else if (StateOnNvme(u)) {
-    int gen = -1;
-    for (int g = 0; g < static_cast<int>(state_ext_.size()) && gen < 0; ++g) {
-      bool same = true;
-      for (int r = 0; r < offload::kStateRoles; ++r) {
-        same = same && state_ext_[g][u][r].offset == s.extents[r].offset &&
-               state_ext_[g][u][r].bytes == s.extents[r].bytes;
-      }
-      if (same) gen = g;
-    }
-    if (gen < 0) {
-      return InvalidArgument(fmt::format(
-          "restore: unit {} ({}): the checkpoint's master extent (offset {}, {} bytes) is not "
-          "where this run keeps that unit's optimizer state; the model, the swap file or "
-          "zinf.checkpoint settings differ from the run that wrote the checkpoint",
-          u, dims_.UnitName(u), s.extents[0].offset, s.extents[0].bytes));
-    }
-    cur_gen_[u] = static_cast<uint8_t>(gen);
-    {
-      std::lock_guard<std::mutex> lock(protect_mu_);
-      std::vector<int8_t>& gens = protections_[id];
-      gens.resize(count, -1);
-      gens[u] = static_cast<int8_t>(gen);
-    }
-    uint8_t* slab = BounceBuffer();
-    const auto layout = pipeline_->LayoutFor(n);
-    const uint64_t at[offload::kStateRoles] = {layout.master, layout.exp_avg, layout.exp_avg_sq};
-    for (int r = 0; r < offload::kStateRoles; ++r) {
-      ZINF_RETURN_IF_ERROR(ReadStateRole(u, r, slab + at[r]));
-      const uint64_t got = Xxh64(slab + at[r], StateBytes(u, r));
-      if (got != s.hashes[r]) {
-        return mismatch(r, got,
-                        fmt::format("{} at offset {}", rt_.swap->swap_file().members()[0]->path(),
-                                    s.extents[r].offset));
-      }
-    }
-    p16 = reinterpret_cast<uint16_t*>(slab + layout.param16);
-    ZINF_RETURN_IF_ERROR(kernels::CastFromF32(reinterpret_cast<const float*>(slab + layout.master),
-                                              p16, options_.param16_type, n));
-    hashes_[u] = s.hashes;
-    hashes_known_[u] = 1;
+    ZINF_ASSIGN_OR_RETURN(p16, RestoreFromExtents(s, id));
   } else {
     void* dst[offload::kStateRoles] = {master_[u].data(), exp_avg_[u].data(), exp_avg_sq_[u].data()};
     for (int r = 0; r < offload::kStateRoles; ++r) {

@@ -115,6 +115,54 @@ Status LayerExecutor::HandOverGrad(uint32_t unit, const float* grad, float scale
   return Status::Ok();
 }
 
+Status LayerExecutor::FinishBackward(bool last, const kernels::AdamHyper* overlap,
+                                     double reduced_sum_squares, MicroBatchResult* r) {
+  // Every hand-over done: whether all gradients were finite, and the step's Σ g² (summed in
+  // backward order, as the hand-overs ran).
+  auto t_wait = Clock::now();
+  ZINF_ASSIGN_OR_RETURN(auto totals, accumulator_->Finish());
+  stats_.grad_seconds += Since(t_wait);
+  r->finite = totals.finite;
+  if (last) grad_sum_squares_ = totals.sum_squares;
+  if (partitioned_grads_) {
+    // The accumulator's thread counted its reduce-scatters: add what is new since last time.
+    const uint64_t nanos = reduce_nanos_.load();
+    stats_.comm_seconds += static_cast<double>(nanos - reduce_nanos_seen_) * 1e-9;
+    reduce_nanos_seen_ = nanos;
+    stats_.grad_comm_sent_bytes = reduce_sent_bytes_.load();
+  }
+  if (last && ReducesGrads()) {
+    // Across ranks the step's gradient is the sum over them: its Σ g² and finiteness decide.
+    if (overlap != nullptr) {
+      // ZeRO-2/3: the accumulator summed this rank's chunks; ZeRO-1: ReduceUnitGrad did. Across
+      // partitioned ranks the step's Σ g² is the ranks' partial sums added.
+      grad_sum_squares_ = partitioned_grads_ ? totals.sum_squares : reduced_sum_squares;
+      if (partitioned_) {
+        ZINF_ASSIGN_OR_RETURN(grad_sum_squares_, SumOverRanks(grad_sum_squares_));
+      }
+    } else if (partitioned_grads_) {
+      // ZeRO-2: already summed, chunk by chunk; each rank's Σ g² is of its chunks.
+      ZINF_ASSIGN_OR_RETURN(grad_sum_squares_, SumOverRanks(totals.sum_squares));
+      r->finite = std::isfinite(grad_sum_squares_);
+    } else {
+      ZINF_ASSIGN_OR_RETURN(r->finite, ReduceAllGrads());
+    }
+  }
+  return Status::Ok();
+}
+
+Result<bool> LayerExecutor::StartGatedStep(bool last, const kernels::AdamHyper* overlap) {
+  const bool gated = last && pipeline_ != nullptr && options_.async_optimizer && !partitioned_;
+  if (!gated) return false;
+  std::vector<uint32_t> order = all_units_;
+  if (overlap != nullptr) {
+    std::reverse(order.begin(), order.end());
+    opt_hyper_ = *overlap;
+  }
+  ZINF_RETURN_IF_ERROR(StartAsyncStep(std::move(order), /*gated=*/true));
+  return true;
+}
+
 Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
                                                         const int32_t* targets, float loss_scale,
                                                         float accumulate_scale, bool first,
@@ -140,15 +188,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   // it takes the units in backward order, each unit's Adam as soon as its gradient is final
   // (on the pipeline's thread, its reads and writes beside backward); without, in unit order,
   // its Adam once OptimizerStep gives the step's clipping coefficient.
-  const bool gated = last && pipeline_ != nullptr && options_.async_optimizer && !partitioned_;
-  if (gated) {
-    std::vector<uint32_t> order = all_units_;
-    if (overlap != nullptr) {
-      std::reverse(order.begin(), order.end());
-      opt_hyper_ = *overlap;
-    }
-    ZINF_RETURN_IF_ERROR(StartAsyncStep(std::move(order), /*gated=*/true));
-  }
+  ZINF_ASSIGN_OR_RETURN(const bool gated, StartGatedStep(last, overlap));
   // A backward that fails stops the gated step at the first unit whose gradient is not final.
   struct StopGated {
     LayerExecutor* ex;
@@ -234,37 +274,7 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
   ZINF_RETURN_IF_ERROR(step_pending());
   ZINF_RETURN_IF_ERROR(hand_over(0, gemb_));
   ZINF_RETURN_IF_ERROR(step_pending());
-  // Every hand-over done: whether all gradients were finite, and the step's Σ g² (summed in
-  // backward order, as the hand-overs ran).
-  auto t_wait = Clock::now();
-  ZINF_ASSIGN_OR_RETURN(auto totals, accumulator_->Finish());
-  stats_.grad_seconds += Since(t_wait);
-  r.finite = totals.finite;
-  if (last) grad_sum_squares_ = totals.sum_squares;
-  if (partitioned_grads_) {
-    // The accumulator's thread counted its reduce-scatters: add what is new since last time.
-    const uint64_t nanos = reduce_nanos_.load();
-    stats_.comm_seconds += static_cast<double>(nanos - reduce_nanos_seen_) * 1e-9;
-    reduce_nanos_seen_ = nanos;
-    stats_.grad_comm_sent_bytes = reduce_sent_bytes_.load();
-  }
-  if (last && ReducesGrads()) {
-    // Across ranks the step's gradient is the sum over them: its Σ g² and finiteness decide.
-    if (overlap != nullptr) {
-      // ZeRO-2/3: the accumulator summed this rank's chunks; ZeRO-1: ReduceUnitGrad did. Across
-      // partitioned ranks the step's Σ g² is the ranks' partial sums added.
-      grad_sum_squares_ = partitioned_grads_ ? totals.sum_squares : reduced_sum_squares;
-      if (partitioned_) {
-        ZINF_ASSIGN_OR_RETURN(grad_sum_squares_, SumOverRanks(grad_sum_squares_));
-      }
-    } else if (partitioned_grads_) {
-      // ZeRO-2: already summed, chunk by chunk; each rank's Σ g² is of its chunks.
-      ZINF_ASSIGN_OR_RETURN(grad_sum_squares_, SumOverRanks(totals.sum_squares));
-      r.finite = std::isfinite(grad_sum_squares_);
-    } else {
-      ZINF_ASSIGN_OR_RETURN(r.finite, ReduceAllGrads());
-    }
-  }
+  ZINF_RETURN_IF_ERROR(FinishBackward(last, overlap, reduced_sum_squares, &r));
   stats_.grad_d2h_bytes = accumulator_->d2h_bytes();
   stats_.adam_seconds += r.optimizer.adam_seconds;
   stop_gated.armed = false;
