@@ -326,11 +326,19 @@ class TierManager {
   Status EnsureSealed();  // takes the lock
   Status StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier, bool prefetch,
                    size_t need_pos);
+  // StartLoad's two paths (its checks done, the copy absent).
+  Status StartHostLoad(std::unique_lock<std::mutex>& lock, ShardId id, bool prefetch,
+                       size_t need_pos);
+  Status StartDeviceLoad(std::unique_lock<std::mutex>& lock, ShardId id, bool prefetch,
+                         size_t need_pos);
   // A slot of the shard's class in `tier`, evicting (or waiting) as needed.
   Status Reserve(std::unique_lock<std::mutex>& lock, Tier tier, ShardId id, bool prefetch,
                  size_t need_pos, Slot* out);
   Status Evict(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier);
   Status WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Tier tier);
+  // WriteBack's two paths (its checks done): device to host, host to NVMe.
+  Status WriteBackFromDevice(std::unique_lock<std::mutex>& lock, ShardId id);
+  Status WriteBackHome(std::unique_lock<std::mutex>& lock, ShardId id);
   // write_behind: submits the idle dirty host copy's write home without waiting.
   void StartWriteBehind(ShardId id);
   // Returns the copy's slot to its class (device slots keep the copy's last-use events).

@@ -72,102 +72,113 @@ Status TierManager::WriteBack(std::unique_lock<std::mutex>& lock, ShardId id, Ti
   if (s.spec.derive) {  // Release refuses a dirty derived copy: never reached
     return Internal(fmt::format("write back of {}: a derived shard has no home to write", s.spec.name));
   }
-  const uint64_t version = c.version;
   Log().debug("tier: write back {} {}", s.spec.name, TierName(tier));
-  if (tier == Tier::kDevice) {
-    Copy& h = s.copy[kHostIdx];
-    c.pins++;  // nobody may free it while it is read
-    // Until a ready host copy is in hand with the lock held since the checks: Reserve and the
-    // waits let go of the lock, and meanwhile another thread may write the copy back (then a
-    // leaseholder of the host copy may be writing it: this write-back must not land there),
-    // or free the host copy.
-    while (true) {
-      if (!c.dirty || c.stale || s.rewrite_pending) {
-        // Written back by another thread meanwhile, or outdated now (as checked above: the
-        // waits below let go of the lock, and BeginRewrite does not wait for this one yet).
-        c.dirty = false;
-        c.pins--;
-        cv_.notify_all();
-        return Status::Ok();
-      }
-      if (h.state == Copy::kLoading || h.state == Copy::kWriting) {
-        cv_.wait(lock);
-        continue;
-      }
-      if (h.state != Copy::kAbsent) break;
-      Slot slot;
-      c.waiter = std::this_thread::get_id();
-      Status st = Reserve(lock, Tier::kHost, id, false, 0, &slot);
-      c.waiter = std::thread::id();
-      if (!st.ok()) {
-        c.pins--;
-        cv_.notify_all();  // a waiter may have seen this pin as a transfer in flight
-        return st.WithContext(fmt::format("writing {} back from the device", s.spec.name));
-      }
-      if (h.state != Copy::kAbsent || !c.dirty) {
-        GiveSlot(id, Tier::kHost, std::move(slot));
-        continue;
-      }
-      h.slot = std::move(slot);
-      h.ptr = h.slot.ptr;
-      h.state = Copy::kReady;
-      break;
-    }
-    const uint64_t copied_version = c.version;  // what the d2h copies
-    h.pins++;
-    // Readers of the host copy wait until the data has landed (unless a lease already holds it).
-    const bool landing = h.leases == 0;
-    if (landing) h.state = Copy::kLoading;
-    c.state = Copy::kWriting;
-    auto done = std::make_shared<bool>(false);
-    // The copy's writers (its lease holders' streams) finish before the d2h reads it.
-    Status st;
-    for (const Event& e : c.uses) {
-      if (st.ok()) st = device_.StreamWaitEvent(d2h_, e);
-    }
-    if (st.ok()) st = device_.CopyToHost(d2h_, h.ptr, c.ptr, s.spec.bytes);
-    if (st.ok()) {
-      st = device_.Launch(d2h_, [this, done, id, t0 = Clock::now()] {
-        std::lock_guard l(mu_);
-        Span("d2h", shards_[id]->spec.name, t0);
-        *done = true;
-        cv_.notify_all();
-        return Status::Ok();
-      });
-    }
-    if (st.ok()) {
-      cv_.wait(lock, [&] { return *done; });
-    }
-    c.state = Copy::kReady;
-    c.pins--;
-    h.pins--;
-    if (landing) h.state = Copy::kReady;
-    if (!st.ok()) {
-      h.stale = true;  // what landed is unknown; the device copy stays dirty
-      if (h.pins == 0 && h.state == Copy::kReady) FreeCopy(id, Tier::kHost);
-      cv_.notify_all();
-      return st.WithContext(fmt::format("copying {} to the host", s.spec.name));
-    }
-    stats_.d2h_bytes += s.spec.bytes;
-    if (c.version == copied_version && c.dirty) {
+  if (tier == Tier::kDevice) return WriteBackFromDevice(lock, id);
+  return WriteBackHome(lock, id);
+}
+
+// A dirty device copy to the host tier, through a host slot of its class.
+Status TierManager::WriteBackFromDevice(std::unique_lock<std::mutex>& lock, ShardId id) {
+  Shard& s = *shards_[id];
+  Copy& c = s.copy[kDev];
+  Copy& h = s.copy[kHostIdx];
+  c.pins++;  // nobody may free it while it is read
+  // Until a ready host copy is in hand with the lock held since the checks: Reserve and the
+  // waits let go of the lock, and meanwhile another thread may write the copy back (then a
+  // leaseholder of the host copy may be writing it: this write-back must not land there),
+  // or free the host copy.
+  while (true) {
+    if (!c.dirty || c.stale || s.rewrite_pending) {
+      // Written back by another thread meanwhile, or outdated now (as checked above: the
+      // waits below let go of the lock, and BeginRewrite does not wait for this one yet).
       c.dirty = false;
-      h.stale = false;  // it now holds the newest data
-      if (s.spec.home == Tier::kNvme) {
-        h.dirty = true;
-        h.version++;
-      }
-    } else {
-      // A lease wrote the device copy while it was being copied: what landed may be torn (the
-      // device copy stays dirty). Or the home was rewritten meanwhile (HomeRewritten marked the
-      // device copy clean and stale; nothing else clears it during the copy): what landed is
-      // older than the home. Either way the host copy is outdated (dropped once idle).
-      h.stale = true;
-      if (h.pins == 0 && h.state == Copy::kReady) FreeCopy(id, Tier::kHost);
+      c.pins--;
+      cv_.notify_all();
+      return Status::Ok();
     }
-    cv_.notify_all();
-    return Status::Ok();
+    if (h.state == Copy::kLoading || h.state == Copy::kWriting) {
+      cv_.wait(lock);
+      continue;
+    }
+    if (h.state != Copy::kAbsent) break;
+    Slot slot;
+    c.waiter = std::this_thread::get_id();
+    Status st = Reserve(lock, Tier::kHost, id, false, 0, &slot);
+    c.waiter = std::thread::id();
+    if (!st.ok()) {
+      c.pins--;
+      cv_.notify_all();  // a waiter may have seen this pin as a transfer in flight
+      return st.WithContext(fmt::format("writing {} back from the device", s.spec.name));
+    }
+    if (h.state != Copy::kAbsent || !c.dirty) {
+      GiveSlot(id, Tier::kHost, std::move(slot));
+      continue;
+    }
+    h.slot = std::move(slot);
+    h.ptr = h.slot.ptr;
+    h.state = Copy::kReady;
+    break;
   }
-  // Host copy to its NVMe home.
+  const uint64_t copied_version = c.version;  // what the d2h copies
+  h.pins++;
+  // Readers of the host copy wait until the data has landed (unless a lease already holds it).
+  const bool landing = h.leases == 0;
+  if (landing) h.state = Copy::kLoading;
+  c.state = Copy::kWriting;
+  auto done = std::make_shared<bool>(false);
+  // The copy's writers (its lease holders' streams) finish before the d2h reads it.
+  Status st;
+  for (const Event& e : c.uses) {
+    if (st.ok()) st = device_.StreamWaitEvent(d2h_, e);
+  }
+  if (st.ok()) st = device_.CopyToHost(d2h_, h.ptr, c.ptr, s.spec.bytes);
+  if (st.ok()) {
+    st = device_.Launch(d2h_, [this, done, id, t0 = Clock::now()] {
+      std::lock_guard l(mu_);
+      Span("d2h", shards_[id]->spec.name, t0);
+      *done = true;
+      cv_.notify_all();
+      return Status::Ok();
+    });
+  }
+  if (st.ok()) {
+    cv_.wait(lock, [&] { return *done; });
+  }
+  c.state = Copy::kReady;
+  c.pins--;
+  h.pins--;
+  if (landing) h.state = Copy::kReady;
+  if (!st.ok()) {
+    h.stale = true;  // what landed is unknown; the device copy stays dirty
+    if (h.pins == 0 && h.state == Copy::kReady) FreeCopy(id, Tier::kHost);
+    cv_.notify_all();
+    return st.WithContext(fmt::format("copying {} to the host", s.spec.name));
+  }
+  stats_.d2h_bytes += s.spec.bytes;
+  if (c.version == copied_version && c.dirty) {
+    c.dirty = false;
+    h.stale = false;  // it now holds the newest data
+    if (s.spec.home == Tier::kNvme) {
+      h.dirty = true;
+      h.version++;
+    }
+  } else {
+    // A lease wrote the device copy while it was being copied: what landed may be torn (the
+    // device copy stays dirty). Or the home was rewritten meanwhile (HomeRewritten marked the
+    // device copy clean and stale; nothing else clears it during the copy): what landed is
+    // older than the home. Either way the host copy is outdated (dropped once idle).
+    h.stale = true;
+    if (h.pins == 0 && h.state == Copy::kReady) FreeCopy(id, Tier::kHost);
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+// A dirty host copy to its NVMe home (a host-homed one is home already).
+Status TierManager::WriteBackHome(std::unique_lock<std::mutex>& lock, ShardId id) {
+  Shard& s = *shards_[id];
+  Copy& c = s.copy[kHostIdx];
+  const uint64_t version = c.version;
   if (s.spec.home != Tier::kNvme) {
     c.dirty = false;
     return Status::Ok();
@@ -403,60 +414,75 @@ Status TierManager::StartLoad(std::unique_lock<std::mutex>& lock, ShardId id, Ti
   c.error = Status::Ok();
   if (tier == Tier::kHost) {
     if (s.spec.home == Tier::kHost) return Status::Ok();
-    if (s.spec.derive && s.rewrite_pending) {
-      // Its source is being changed (BeginRewrite): a copy now could mix old and new.
-      if (prefetch) return ResourceExhausted("prefetch: the source of a derived shard is changing");
-      return FailedPrecondition(fmt::format(
-          "loading {}: it is derived and its source is being changed (BeginRewrite without "
-          "HomeRewritten, InstallPending or Invalidate yet)", s.spec.name));
-    }
-    Slot slot;
-    ZINF_RETURN_IF_ERROR(Reserve(lock, Tier::kHost, id, prefetch, need_pos, &slot));
-    if (c.state != Copy::kAbsent) {  // someone else started it while we waited
-      GiveSlot(id, Tier::kHost, std::move(slot));
-      return Status::Ok();
-    }
-    c.slot = std::move(slot);
-    c.ptr = c.slot.ptr;
-    c.state = Copy::kLoading;
-    if (s.spec.derive) {
-      // Computed on the derive thread; a demand load goes ahead of the prefetches queued.
-      Log().debug("tier: derive {} (prefetch {})", s.spec.name, prefetch);
-      s.deriving++;
-      if (prefetch) derive_queue_.emplace_back(id, Clock::now());
-      else derive_queue_.emplace_front(id, Clock::now());
-      derive_cv_.notify_one();
-      return Status::Ok();
-    }
-    Log().debug("tier: read {} from nvme (prefetch {})", s.spec.name, prefetch);
-    inflight_bytes_[0] += s.host_bytes;
-    LinkBusy(0, +1);
-    // A prefetch waits behind what callers wait for now (io/request.h's priorities).
-    Status st = swap_->engine().Submit(
-        {io::OpKind::kRead, swap_->file(), s.extent.offset, c.ptr, s.host_bytes,
-         prefetch ? io::Priority::kPrefetch : io::Priority::kDemand},
-        [this, id, t0 = Clock::now()](const Status& r) {
-          std::lock_guard l(mu_);
-          Shard& sh = *shards_[id];
-          Span("nvme read", sh.spec.name, t0);
-          LinkBusy(0, -1);
-          inflight_bytes_[0] -= sh.host_bytes;
-          if (r.ok()) stats_.nvme_read_bytes += sh.host_bytes;
-          FinishHostLoad(id, r);
-        },
-        &c.read_ticket);
-    if (!st.ok()) {
-      LinkBusy(0, -1);
-      inflight_bytes_[0] -= s.host_bytes;
-      GiveSlot(id, Tier::kHost, std::move(c.slot));
-      c.slot = Slot();
-      c.ptr = nullptr;
-      c.state = Copy::kAbsent;
-      return st;
-    }
+    return StartHostLoad(lock, id, prefetch, need_pos);
+  }
+  return StartDeviceLoad(lock, id, prefetch, need_pos);
+}
+
+// A host copy of an NVMe-homed shard: a host slot, then its NVMe read or its derivation.
+Status TierManager::StartHostLoad(std::unique_lock<std::mutex>& lock, ShardId id, bool prefetch,
+                                  size_t need_pos) {
+  Shard& s = *shards_[id];
+  Copy& c = s.copy[kHostIdx];
+  if (s.spec.derive && s.rewrite_pending) {
+    // Its source is being changed (BeginRewrite): a copy now could mix old and new.
+    if (prefetch) return ResourceExhausted("prefetch: the source of a derived shard is changing");
+    return FailedPrecondition(fmt::format(
+        "loading {}: it is derived and its source is being changed (BeginRewrite without "
+        "HomeRewritten, InstallPending or Invalidate yet)", s.spec.name));
+  }
+  Slot slot;
+  ZINF_RETURN_IF_ERROR(Reserve(lock, Tier::kHost, id, prefetch, need_pos, &slot));
+  if (c.state != Copy::kAbsent) {  // someone else started it while we waited
+    GiveSlot(id, Tier::kHost, std::move(slot));
     return Status::Ok();
   }
-  // Device copy: a device slot, then the host copy (loaded if needed), then the h2d copy.
+  c.slot = std::move(slot);
+  c.ptr = c.slot.ptr;
+  c.state = Copy::kLoading;
+  if (s.spec.derive) {
+    // Computed on the derive thread; a demand load goes ahead of the prefetches queued.
+    Log().debug("tier: derive {} (prefetch {})", s.spec.name, prefetch);
+    s.deriving++;
+    if (prefetch) derive_queue_.emplace_back(id, Clock::now());
+    else derive_queue_.emplace_front(id, Clock::now());
+    derive_cv_.notify_one();
+    return Status::Ok();
+  }
+  Log().debug("tier: read {} from nvme (prefetch {})", s.spec.name, prefetch);
+  inflight_bytes_[0] += s.host_bytes;
+  LinkBusy(0, +1);
+  // A prefetch waits behind what callers wait for now (io/request.h's priorities).
+  Status st = swap_->engine().Submit(
+      {io::OpKind::kRead, swap_->file(), s.extent.offset, c.ptr, s.host_bytes,
+       prefetch ? io::Priority::kPrefetch : io::Priority::kDemand},
+      [this, id, t0 = Clock::now()](const Status& r) {
+        std::lock_guard l(mu_);
+        Shard& sh = *shards_[id];
+        Span("nvme read", sh.spec.name, t0);
+        LinkBusy(0, -1);
+        inflight_bytes_[0] -= sh.host_bytes;
+        if (r.ok()) stats_.nvme_read_bytes += sh.host_bytes;
+        FinishHostLoad(id, r);
+      },
+      &c.read_ticket);
+  if (!st.ok()) {
+    LinkBusy(0, -1);
+    inflight_bytes_[0] -= s.host_bytes;
+    GiveSlot(id, Tier::kHost, std::move(c.slot));
+    c.slot = Slot();
+    c.ptr = nullptr;
+    c.state = Copy::kAbsent;
+    return st;
+  }
+  return Status::Ok();
+}
+
+// Device copy: a device slot, then the host copy (loaded if needed), then the h2d copy.
+Status TierManager::StartDeviceLoad(std::unique_lock<std::mutex>& lock, ShardId id,
+                                    bool prefetch, size_t need_pos) {
+  Shard& s = *shards_[id];
+  Copy& c = s.copy[kDev];
   if (options_.max_inflight_bytes && prefetch &&
       inflight_bytes_[1] + s.spec.bytes > options_.max_inflight_bytes) {
     return ResourceExhausted("prefetch: h2d link full");
