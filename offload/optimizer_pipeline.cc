@@ -90,6 +90,156 @@ struct StepState {
 
 }  // namespace
 
+// A unit's reads go into its slab when the slab's previous unit has finished writing; the
+// completions run on the engine's reaper thread and take `st.mu` (they call nothing but
+// on_unit_written and the next unit's reads).
+struct OptimizerPipeline::StepIo {
+  OptimizerPipeline& p;
+  std::span<const OptimizerUnit> units;
+  const std::function<void(size_t)>* on_unit_written;
+  OptimizerStepStats& stats;
+  io::Engine& engine;
+  io::FileId file;
+  size_t count;
+  unsigned depth;
+  Tracer* tracer;
+  int read_track = 0, write_track = 0;
+  StepState st;
+
+  StepIo(OptimizerPipeline& pipeline, std::span<const OptimizerUnit> u,
+         const std::function<void(size_t)>* written, OptimizerStepStats& s)
+      : p(pipeline),
+        units(u),
+        on_unit_written(written),
+        stats(s),
+        engine(pipeline.swap_.engine()),
+        file(pipeline.swap_.file()),
+        count(u.size()),
+        depth(pipeline.options_.depth),
+        tracer(pipeline.options_.tracer && pipeline.options_.tracer->enabled()
+                   ? pipeline.options_.tracer
+                   : nullptr) {
+    if (tracer != nullptr) {
+      read_track = tracer->Track("nvme read");
+      write_track = tracer->Track("nvme write");
+    }
+    st.reads_left.assign(count, 0);
+    st.writes_left.assign(count, 0);
+  }
+
+  // A read's or write's completion (on the engine's reaper thread).
+  std::function<void(const Status&)> OnDone(bool read, size_t unit) {
+    return [this, read, unit, t0 = Clock::now()](const Status& s) {
+      if (tracer) {
+        tracer->Complete(read ? read_track : write_track,
+                         fmt::format("{} unit {}", read ? "read" : "write", unit), t0,
+                         Clock::now(), "io");
+      }
+      std::lock_guard lock(st.mu);
+      if (!s.ok() && st.error.ok()) st.error = s;
+      if (read) {
+        st.reads_left[unit]--;
+        st.reads_in_flight--;
+      } else {
+        st.writes_in_flight--;
+        if (--st.writes_left[unit] == 0 && st.error.ok()) UnitWritten(unit);
+      }
+      st.cv.notify_all();
+    };
+  }
+
+  // The unit is home: its slab serves the unit `depth` ahead. REQUIRES: st.mu held.
+  void UnitWritten(size_t unit) {
+    if (on_unit_written != nullptr) (*on_unit_written)(unit);
+    if (unit + depth < count) SubmitReads(unit + depth);
+  }
+
+  // REQUIRES: st.mu held.
+  void SubmitReads(size_t unit) {
+    const OptimizerUnit& u = units[unit];
+    if (u.in_memory[0] != nullptr) return;  // nothing to read: Adam works in place
+    const Layout l = p.LayoutFor(u.n);
+    uint8_t* slab = p.slabs_[unit % depth].data;
+    const std::pair<const Extent*, uint64_t> parts[3] = {
+        {&u.master, l.master}, {&u.exp_avg, l.exp_avg}, {&u.exp_avg_sq, l.exp_avg_sq}};
+    for (auto [ext, off] : parts) {
+      const uint64_t len = ext == &u.master ? l.state_bytes : l.moment_bytes;
+      if (!SubmitOne(io::OpKind::kRead, unit, *ext, slab + off, len)) return;
+    }
+  }
+
+  // One read or write of unit `unit`, counted in flight until its completion runs. False (the
+  // error kept in st.error) when the engine refused it. REQUIRES: st.mu held.
+  bool SubmitOne(io::OpKind kind, size_t unit, const Extent& ext, uint8_t* buf, uint64_t len) {
+    const bool read = kind == io::OpKind::kRead;
+    std::vector<int>& left = read ? st.reads_left : st.writes_left;
+    int& in_flight = read ? st.reads_in_flight : st.writes_in_flight;
+    left[unit]++;
+    in_flight++;
+    Status s = engine.Submit({kind, file, ext.offset, buf, len, io::Priority::kBackground},
+                             OnDone(read, unit));
+    if (!s.ok()) {
+      left[unit]--;
+      in_flight--;
+      if (st.error.ok()) st.error = s;
+      return false;
+    }
+    (read ? stats.bytes_read : stats.bytes_written) += len;
+    return true;
+  }
+
+  // Unit i's reads were submitted when its slab's previous unit finished writing: waits for
+  // them. False after a failed read or write.
+  bool WaitReads(size_t i) {
+    auto w0 = Clock::now();
+    std::unique_lock lock(st.mu);
+    st.cv.wait(lock, [&] {
+      return !st.error.ok() ||
+             (st.reads_left[i] == 0 && (i < depth || st.writes_left[i - depth] == 0));
+    });
+    stats.read_wait_seconds += std::chrono::duration<double>(Clock::now() - w0).count();
+    return st.error.ok();
+  }
+
+  bool Failed() {
+    std::lock_guard lock(st.mu);
+    return !st.error.ok();
+  }
+
+  // The unit's new state (to `outs` where given, else where it was read) and its 16-bit copy.
+  void SubmitWrites(size_t i, const std::array<Extent, kStateRoles>& outs) {
+    const OptimizerUnit& u = units[i];
+    const Layout l = p.LayoutFor(u.n);
+    uint8_t* slab = p.slabs_[i % depth].data;
+    std::lock_guard lock(st.mu);
+    auto out = [](const Extent& written, const Extent& read) {
+      return written.bytes != 0 ? &written : &read;
+    };
+    const std::pair<const Extent*, uint64_t> parts[4] = {
+        {out(outs[kMasterState], u.master), l.master},
+        {out(outs[kExpAvgState], u.exp_avg), l.exp_avg},
+        {out(outs[kExpAvgSqState], u.exp_avg_sq), l.exp_avg_sq},
+        {&u.param16, l.param16}};
+    for (auto [ext, off] : parts) {
+      if (ext->bytes == 0) continue;
+      const uint64_t len = off == l.param16  ? l.param16_bytes
+                           : off == l.master ? l.state_bytes
+                                             : l.moment_bytes;
+      if (!SubmitOne(io::OpKind::kWrite, i, *ext, slab + off, len)) break;
+    }
+    // Nothing to write (state in memory, no 16-bit copy home): the unit is done, and its slab
+    // serves the next unit at once.
+    if (st.writes_left[i] == 0 && st.error.ok()) UnitWritten(i);
+  }
+
+  // Waits until no read or write is in flight; the first I/O error, if any.
+  Status Drain() {
+    std::unique_lock lock(st.mu);
+    st.cv.wait(lock, [&] { return st.reads_in_flight == 0 && st.writes_in_flight == 0; });
+    return st.error;
+  }
+};
+
 Status OptimizerPipeline::CheckUnits(std::span<const OptimizerUnit> units,
                                      const StepHashing* hashing) const {
   const size_t count = units.size();
@@ -150,6 +300,38 @@ Status OptimizerPipeline::CheckUnits(std::span<const OptimizerUnit> units,
   return Status::Ok();
 }
 
+Status OptimizerPipeline::CheckGateOutputs(size_t i, const OptimizerUnit& u,
+                                           const std::array<Extent, kStateRoles>& outs) const {
+  const uint64_t mb = StateRoleBytes(kExpAvgState, u.n, options_.moment_type);
+  const bool resident = u.in_memory[0] != nullptr;
+  if ((outs[0].bytes != 0 && (resident || outs[0].bytes != 4 * u.n)) ||
+      (outs[1].bytes != 0 && (resident || outs[1].bytes != mb)) ||
+      (outs[2].bytes != 0 && (resident || outs[2].bytes != mb))) {
+    return InvalidArgument(fmt::format(
+        "optimizer unit {}: the gate's output extents must hold 4n, {}n and {}n bytes for "
+        "n = {} (none for state in memory)",
+        i, kernels::DTypeSize(options_.moment_type), kernels::DTypeSize(options_.moment_type),
+        u.n));
+  }
+  return Status::Ok();
+}
+
+Result<kernels::AdamStepInfo> OptimizerPipeline::RunAdam(size_t i, const kernels::AdamHyper& hyper,
+                                                       const kernels::AdamBuffers& b,
+                                                       Tracer* tracer) const {
+  kernels::AdamOptions ao = options_.adam;
+  ao.check_finite = false;
+  // One trace track per Adam worker: each reports its run of chunks of this unit.
+  const kernels::RunObserver worker_spans =
+      [tracer, i](int worker, size_t begin, size_t end, Clock::time_point t0,
+                  Clock::time_point t1) {
+        tracer->Complete(tracer->Track(fmt::format("adam worker {}", worker)),
+                         fmt::format("unit {} [{}, {})", i, begin, end), t0, t1, "compute");
+      };
+  if (tracer) ao.observer = &worker_spans;
+  return kernels::AdamStep(hyper, b, ao);
+}
+
 Status OptimizerPipeline::CheckReadHashes(size_t i, const OptimizerUnit& u, const uint8_t* slab,
                                           const std::array<uint64_t, kStateRoles>& expected) const {
   const Layout l = LayoutFor(u.n);
@@ -200,75 +382,18 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
                                                    const GateFn* before_grad) {
   const size_t count = units.size();
   ZINF_RETURN_IF_ERROR(CheckUnits(units, hashing));
-  io::Engine& engine = swap_.engine();
-  const io::FileId file = swap_.file();
   const unsigned depth = options_.depth;
   Tracer* tracer = options_.tracer && options_.tracer->enabled() ? options_.tracer : nullptr;
-  const int read_track = tracer ? tracer->Track("nvme read") : 0;
-  const int write_track = tracer ? tracer->Track("nvme write") : 0;
   const int adam_track = tracer ? tracer->Track("adam") : 0;
-  StepState st;
-  st.reads_left.assign(count, 0);
-  st.writes_left.assign(count, 0);
   OptimizerStepStats stats;
   stats.units = static_cast<unsigned>(count);
-
-  // REQUIRES: st.mu held.
-  std::function<void(size_t)> submit_reads;
-  auto on_read = [&st, tracer, read_track](size_t unit) {
-    return [&st, unit, tracer, read_track, t0 = Clock::now()](const Status& s) {
-      if (tracer) tracer->Complete(read_track, fmt::format("read unit {}", unit), t0, Clock::now(), "io");
-      std::lock_guard lock(st.mu);
-      if (!s.ok() && st.error.ok()) st.error = s;
-      st.reads_left[unit]--;
-      st.reads_in_flight--;
-      st.cv.notify_all();
-    };
-  };
-  auto on_write = [&st, &submit_reads, count, depth, tracer, write_track,
-                   on_unit_written](size_t unit) {
-    return [&st, &submit_reads, unit, count, depth, tracer, write_track, on_unit_written,
-            t0 = Clock::now()](const Status& s) {
-      if (tracer) tracer->Complete(write_track, fmt::format("write unit {}", unit), t0, Clock::now(), "io");
-      std::lock_guard lock(st.mu);
-      if (!s.ok() && st.error.ok()) st.error = s;
-      st.writes_in_flight--;
-      if (--st.writes_left[unit] == 0 && st.error.ok()) {
-        if (on_unit_written != nullptr) (*on_unit_written)(unit);
-        if (unit + depth < count) submit_reads(unit + depth);  // the slab is free: next unit
-      }
-      st.cv.notify_all();
-    };
-  };
-  submit_reads = [&](size_t unit) {
-    const OptimizerUnit& u = units[unit];
-    if (u.in_memory[0] != nullptr) return;  // nothing to read: Adam works in place
-    Layout l = LayoutFor(u.n);
-    uint8_t* slab = slabs_[unit % depth].data;
-    const std::pair<const Extent*, uint64_t> parts[3] = {
-        {&u.master, l.master}, {&u.exp_avg, l.exp_avg}, {&u.exp_avg_sq, l.exp_avg_sq}};
-    for (auto [ext, off] : parts) {
-      const uint64_t len = ext == &u.master ? l.state_bytes : l.moment_bytes;
-      st.reads_left[unit]++;
-      st.reads_in_flight++;
-      Status s = engine.Submit({io::OpKind::kRead, file, ext->offset, slab + off, len,
-                                   io::Priority::kBackground},
-                               on_read(unit));
-      if (!s.ok()) {
-        st.reads_left[unit]--;
-        st.reads_in_flight--;
-        if (st.error.ok()) st.error = s;
-        return;
-      }
-      stats.bytes_read += len;
-    }
-  };
+  StepIo io(*this, units, on_unit_written, stats);
 
   if (hashing != nullptr && hashing->compute) hashing->written.assign(count, StateHashes{});
   const auto t0 = Clock::now();
   {
-    std::lock_guard lock(st.mu);
-    for (size_t i = 0; i < count && i < depth; ++i) submit_reads(i);
+    std::lock_guard lock(io.st.mu);
+    for (size_t i = 0; i < count && i < depth; ++i) io.SubmitReads(i);
   }
   Status failure;
   // Gradient shards come up one unit ahead, from the computing thread (an Acquire may wait for
@@ -285,27 +410,13 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
   };
   for (size_t i = 0; i < count; ++i) {
     const OptimizerUnit& u = units[i];
-    {
-      // After a failed read or write, take nothing more: an acquire could wait for memory held
-      // by a unit whose write will never be reported done (on_unit_written is not called).
-      std::lock_guard lock(st.mu);
-      if (!st.error.ok()) break;
-    }
+    // After a failed read or write, take nothing more: an acquire could wait for memory held
+    // by a unit whose write will never be reported done (on_unit_written is not called).
+    if (io.Failed()) break;
     std::array<Extent, kStateRoles> outs = {u.master_out, u.exp_avg_out, u.exp_avg_sq_out};
     if (before_grad != nullptr) {
       if (Status g = (*before_grad)(i, &outs); !g.ok()) { failure = g; break; }
-      const uint64_t mb = StateRoleBytes(kExpAvgState, u.n, options_.moment_type);
-      const bool resident = u.in_memory[0] != nullptr;
-      if ((outs[0].bytes != 0 && (resident || outs[0].bytes != 4 * u.n)) ||
-          (outs[1].bytes != 0 && (resident || outs[1].bytes != mb)) ||
-          (outs[2].bytes != 0 && (resident || outs[2].bytes != mb))) {
-        failure = InvalidArgument(fmt::format(
-            "optimizer unit {}: the gate's output extents must hold 4n, {}n and {}n bytes for "
-            "n = {} (none for state in memory)",
-            i, kernels::DTypeSize(options_.moment_type), kernels::DTypeSize(options_.moment_type),
-            u.n));
-        break;
-      }
+      if (Status g = CheckGateOutputs(i, u, outs); !g.ok()) { failure = g; break; }
     }
     if (Status g = acquire_grad(i); !g.ok()) { failure = g; break; }
     if (before_grad == nullptr) {  // the next unit's gradient may not be final yet
@@ -319,17 +430,7 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     }
     Layout l = LayoutFor(u.n);
     uint8_t* slab = slabs_[i % depth].data;
-    {
-      auto w0 = Clock::now();
-      std::unique_lock lock(st.mu);
-      // Unit i's reads were submitted when its slab's previous unit finished writing.
-      st.cv.wait(lock, [&] {
-        return !st.error.ok() ||
-               (st.reads_left[i] == 0 && (i < depth || st.writes_left[i - depth] == 0));
-      });
-      stats.read_wait_seconds += std::chrono::duration<double>(Clock::now() - w0).count();
-      if (!st.error.ok()) break;
-    }
+    if (!io.WaitReads(i)) break;
     const std::pair<const Extent*, uint64_t> state_parts[kStateRoles] = {
         {&u.master, l.master}, {&u.exp_avg, l.exp_avg}, {&u.exp_avg_sq, l.exp_avg_sq}};
     const bool resident = u.in_memory[0] != nullptr;
@@ -345,18 +446,8 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
     const bool want16 =
         u.param16.bytes != 0 || (u.param16_to_caller && on_unit_updated != nullptr);
     const kernels::AdamBuffers b = BuffersFor(u, slab, grad, hyper, want16);
-    kernels::AdamOptions ao = options_.adam;
-    ao.check_finite = false;
-    // One trace track per Adam worker: each reports its run of chunks of this unit.
-    const kernels::RunObserver worker_spans =
-        [tracer, i](int worker, size_t begin, size_t end, Clock::time_point t0,
-                    Clock::time_point t1) {
-          tracer->Complete(tracer->Track(fmt::format("adam worker {}", worker)),
-                           fmt::format("unit {} [{}, {})", i, begin, end), t0, t1, "compute");
-        };
-    if (tracer) ao.observer = &worker_spans;
     auto a0 = Clock::now();
-    auto info = kernels::AdamStep(hyper, b, ao);
+    auto info = RunAdam(i, hyper, b, tracer);
     auto a1 = Clock::now();
     // The 16-bit copy goes home padded to the alignment: with zeros, not an earlier unit's bytes.
     if (want16) std::memset(slab + l.param16 + 2 * u.n, 0, l.param16_bytes - 2 * u.n);
@@ -382,49 +473,14 @@ Result<OptimizerStepStats> OptimizerPipeline::Step(std::span<const OptimizerUnit
       }
       stats.hash_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
     }
-    std::lock_guard lock(st.mu);
-    auto out = [](const Extent& written, const Extent& read) {
-      return written.bytes != 0 ? &written : &read;
-    };
-    const std::pair<const Extent*, uint64_t> parts[4] = {
-        {out(outs[kMasterState], u.master), l.master},
-        {out(outs[kExpAvgState], u.exp_avg), l.exp_avg},
-        {out(outs[kExpAvgSqState], u.exp_avg_sq), l.exp_avg_sq},
-        {&u.param16, l.param16}};
-    for (auto [ext, off] : parts) {
-      if (ext->bytes == 0) continue;
-      const uint64_t len = off == l.param16  ? l.param16_bytes
-                           : off == l.master ? l.state_bytes
-                                             : l.moment_bytes;
-      st.writes_left[i]++;
-      st.writes_in_flight++;
-      Status s = engine.Submit({io::OpKind::kWrite, file, ext->offset, slab + off, len,
-                                   io::Priority::kBackground},
-                               on_write(i));
-      if (!s.ok()) {
-        st.writes_left[i]--;
-        st.writes_in_flight--;
-        if (st.error.ok()) st.error = s;
-        break;
-      }
-      stats.bytes_written += len;
-    }
-    if (st.writes_left[i] == 0 && st.error.ok()) {
-      // Nothing to write (state in memory, no 16-bit copy home): the unit is done, and its
-      // slab serves the next unit at once.
-      if (on_unit_written != nullptr) (*on_unit_written)(i);
-      if (i + depth < count) submit_reads(i + depth);
-    }
+    io.SubmitWrites(i, outs);
   }
   for (auto& l : grad_leases) {
     if (l) options_.grads->Release(std::move(*l), false).IgnoreError();
   }
-  {
-    // Nothing may still point into the slabs or at `st` when we return.
-    std::unique_lock lock(st.mu);
-    st.cv.wait(lock, [&] { return st.reads_in_flight == 0 && st.writes_in_flight == 0; });
-    if (failure.ok()) failure = st.error;
-  }
+  // Nothing may still point into the slabs or at the step's state when we return.
+  const Status io_error = io.Drain();
+  if (failure.ok()) failure = io_error;
   stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!failure.ok()) return failure;
   return stats;

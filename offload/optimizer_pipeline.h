@@ -189,6 +189,15 @@ class OptimizerPipeline {
   // The Adam step's buffers for unit `u`: its state in memory, or in `slab`.
   kernels::AdamBuffers BuffersFor(const OptimizerUnit& u, uint8_t* slab, const void* grad,
                                   const kernels::AdamHyper& hyper, bool want16) const;
+  // Unit i's Adam step (its gradients already known finite), traced per worker with a tracer.
+  Result<kernels::AdamStepInfo> RunAdam(size_t i, const kernels::AdamHyper& hyper,
+                                        const kernels::AdamBuffers& b, Tracer* tracer) const;
+  // The gate's output extents for unit `i`, checked as the unit's own *_out are.
+  Status CheckGateOutputs(size_t i, const OptimizerUnit& u,
+                          const std::array<Extent, kStateRoles>& outs) const;
+  // One Step's reads and writes of the slabs, and what their completions share
+  // (optimizer_pipeline.cc).
+  struct StepIo;
   SwapSpace& swap_;
   PinnedPool& pool_;
   OptimizerPipelineOptions options_;
