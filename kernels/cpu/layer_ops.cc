@@ -4,7 +4,8 @@
 // - row ops (encoder, layernorm, cross-entropy): chunks of whole rows, each row done by one task;
 // - reductions over rows (dbias, LayerNorm dweight/dbias, dwte/dwpe): chunks of channels, each
 //   walking all rows in increasing order, so every sum is llm.c's sequential one;
-// - attention: one task per (b, h) pair, writing only head h's channels;
+// - attention: llama_ops.cc's causal attention (GPT-2's is its case of as many key/value heads
+//   as query heads);
 // - elementwise ops: fixed element chunks.
 // Short reductions inside a row use kLanes independent partial sums (fixed order) so the
 // compiler can vectorize them without -ffast-math.
@@ -18,45 +19,20 @@
 #include <vector>
 
 #include "kernels/cpu/half_convert.h"
+#include "kernels/cpu/llama_ops.h"
+#include "kernels/cpu/op_helpers.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zinf::kernels::cpu {
 namespace {
 
-constexpr int kLanes = 8;
-constexpr size_t kRowChunkElems = 8192;   // a row task covers about this many elements
-constexpr size_t kElemChunk = 16384;      // elementwise ops
-constexpr size_t kChannelChunk = 64;      // channel-split sums over rows: 256 B of each fp32 row
-
-// Runs fn(begin, end) over chunks of `rows` rows of `row_elems` elements each.
-template <typename F>
-void ForRows(size_t rows, size_t row_elems, const OpOptions& o, const F& fn) {
-  const size_t per = std::max<size_t>(1, kRowChunkElems / std::max<size_t>(1, row_elems));
-  ParallelForChunks(rows, {.threads = o.threads, .chunk_elems = per},
-                    [&](size_t begin, size_t end) { fn(begin, end); });
-}
-
-template <typename F>
-void ForChunks(size_t n, size_t chunk, const OpOptions& o, const F& fn) {
-  ParallelForChunks(n, {.threads = o.threads, .chunk_elems = chunk},
-                    [&](size_t begin, size_t end) { fn(begin, end); });
-}
-
-template <typename T>
-T CombineLanes(const T (&acc)[kLanes]) {
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-// Σ x[i], in a fixed order.
-template <typename T>
-T Sum(const T* x, int n) {
-  T acc[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j];
-  for (int j = 0; i < n; ++i, ++j) acc[j] += x[i];
-  return CombineLanes(acc);
-}
+using detail::CombineLanes;
+using detail::ForChunks;
+using detail::ForRows;
+using detail::kChannelChunk;
+using detail::kElemChunk;
+using detail::kLanes;
+using detail::Sum;
 
 // Σ (x[i] - m)².
 template <typename T>
@@ -72,17 +48,6 @@ T SumSqDev(const T* x, T m, int n) {
     const T d = x[i] - m;
     acc[j] += d * d;
   }
-  return CombineLanes(acc);
-}
-
-// Σ a[i] * b[i].
-template <typename T>
-T Dot(const T* a, const T* b, int n) {
-  T acc[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
   return CombineLanes(acc);
 }
 
@@ -283,93 +248,21 @@ void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, 
   if (dbias != nullptr) AddColumnSums(dbias, dout, N, OC, o);
 }
 
+// GPT-2's attention is the grouped-query one with as many key/value heads as query heads.
 size_t AttentionBackwardScratchElems(int B, int seq, int C, int NH) {
-  return size_t(B) * size_t(NH) * size_t(seq);
+  return CausalAttentionScratchElems(B, seq, NH);
 }
 
 template <typename T>
 void AttentionForward(T* out, T* att, const T* qkv, int B, int seq, int C, int NH,
                       const OpOptions& o) {
-  const int hs = C / NH;
-  const T scale = T(1) / std::sqrt(T(hs));
-  const size_t C3 = size_t(3) * C;
-  ForChunks(size_t(B) * NH, 1, o, [&](size_t p0, size_t p1) {
-    for (size_t p = p0; p < p1; ++p) {
-      const size_t b = p / NH, h = p % NH;
-      const T* base = qkv + b * seq * C3 + h * hs;  // q of (b, t=0, h)
-      for (int t = 0; t < seq; ++t) {
-        const T* q = base + t * C3;
-        T* att_row = att + (p * seq + t) * seq;
-        T maxval = -std::numeric_limits<T>::infinity();
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const T val = Dot(q, base + t2 * C3 + C, hs) * scale;
-          maxval = std::max(maxval, val);
-          att_row[t2] = val;
-        }
-        T expsum = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const T e = std::exp(att_row[t2] - maxval);
-          expsum += e;
-          att_row[t2] = e;
-        }
-        const T inv = expsum == T(0) ? T(0) : T(1) / expsum;
-        for (int t2 = 0; t2 <= t; ++t2) att_row[t2] *= inv;
-        for (int t2 = t + 1; t2 < seq; ++t2) att_row[t2] = T(0);
-        T* out_r = out + (b * seq + t) * C + h * hs;
-        std::fill(out_r, out_r + hs, T(0));
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const T* v = base + t2 * C3 + 2 * size_t(C);
-          const T a = att_row[t2];
-          for (int i = 0; i < hs; ++i) out_r[i] += a * v[i];
-        }
-      }
-    }
-  });
+  CausalAttentionForward(out, att, qkv, B, seq, NH, NH, C / NH, o);
 }
 
 template <typename T>
 void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
                        int seq, int C, int NH, const OpOptions& o) {
-  const int hs = C / NH;
-  const T scale = T(1) / std::sqrt(T(hs));
-  const size_t C3 = size_t(3) * C;
-  ForChunks(size_t(B) * NH, 1, o, [&](size_t p0, size_t p1) {
-    for (size_t p = p0; p < p1; ++p) {
-      const size_t b = p / NH, h = p % NH;
-      const size_t off = b * seq * C3 + h * hs;  // q of (b, t=0, h)
-      const T* base = qkv + off;
-      T* dbase = dqkv + off;
-      T* datt = scratch + p * seq;  // (seq): ∂loss/∂att[t, :], then ∂loss/∂preatt[t, :]·scale
-      for (int t = 0; t < seq; ++t) {
-        const T* att_row = att + (p * seq + t) * seq;
-        const T* d = dout + (b * seq + t) * C + h * hs;
-        // out = Σ_t2 att[t2]·v[t2].
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const size_t v_off = t2 * C3 + 2 * size_t(C);
-          datt[t2] = Dot(base + v_off, d, hs);
-          const T a = att_row[t2];
-          T* dv = dbase + v_off;
-          for (int i = 0; i < hs; ++i) dv[i] += a * d[i];
-        }
-        // Softmax: dpreatt[t2] = att[t2]·(datt[t2] − Σ_t3 att[t3]·datt[t3]).
-        T dot = 0;
-        for (int t2 = 0; t2 <= t; ++t2) dot += att_row[t2] * datt[t2];
-        for (int t2 = 0; t2 <= t; ++t2) datt[t2] = att_row[t2] * (datt[t2] - dot) * scale;
-        // preatt[t2] = scale·q·k[t2].
-        const T* q = base + t * C3;
-        T* dq = dbase + t * C3;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const T g = datt[t2];
-          const T* k = base + t2 * C3 + C;
-          T* dk = dbase + t2 * C3 + C;
-          for (int i = 0; i < hs; ++i) {
-            dq[i] += k[i] * g;
-            dk[i] += q[i] * g;
-          }
-        }
-      }
-    }
-  });
+  CausalAttentionBackward(dqkv, scratch, dout, qkv, att, B, seq, NH, NH, C / NH, o);
 }
 
 // GELU through 0.5·(1 + tanh y) = σ(2y) = 1 / (1 + e^{-2y}): the same function as llm.c's, with

@@ -5,6 +5,7 @@
 #include "kernels/cpu/grad_ops.h"
 
 #include "kernels/cpu/half_convert.h"
+#include "tests/kernels/grad_check.h"
 
 #include <gtest/gtest.h>
 
@@ -37,18 +38,6 @@ constexpr Shape kOddSeq3{"OddSeq3", 2, 3, 12, 3, 5};
 // Enough rows, channels and elements for several chunks of every parallel split.
 constexpr Shape kWide{"Wide", 4, 32, 96, 4, 200};
 
-using Vec = std::vector<double>;
-using Buffers = std::vector<Vec>;
-
-// Uniform values in [lo, hi), rounded to float so float and double runs see the same inputs.
-Vec Uniform(size_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(n);
-  for (double& x : v) x = static_cast<float>(dist(rng));
-  return v;
-}
-
 std::vector<int32_t> Ids(size_t n, int V, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> dist(0, V - 1);
@@ -56,89 +45,6 @@ std::vector<int32_t> Ids(size_t n, int V, uint32_t seed) {
   for (int32_t& x : v) x = dist(rng);
   if (n >= 2) v[n - 1] = v[0];  // a repeated token: dwte rows add up
   return v;
-}
-
-template <typename T>
-std::vector<T> Cast(const Vec& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
-
-double MaxAbs(const Vec& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-// ---------------------------------------------------------------- finite-difference checks
-
-// An op under the gradient check: the input buffers it perturbs, its forward (all outputs as
-// one flat vector) and its backward, which must accumulate ∂(Σ dout·out)/∂inputs into grads.
-struct GradCase {
-  Buffers inputs;
-  std::function<Vec(const Buffers&)> forward;
-  std::function<void(const Buffers&, const Vec& dout, Buffers& grads)> backward;
-};
-
-// Tolerance of the central difference (L(x+ε) - L(x-ε)) / 2ε with ε = 1e-6, L = Σ w·out in
-// double (the sum itself in long double). Truncation: ε²/6·|L'''| ~ 2e-13 for the O(1) third
-// derivatives of these ops, negligible. Rounding: each out element carries a relative error of
-// a few ulps to tens of ulps (u = 1.1e-16) from its dot products, exp and sqrt; divided by 2ε
-// that is up to ~50·1.1e-16·|out·w| / 2e-6 ≈ 3e-9 per term the perturbation touches. Hence
-// abs 1e-8 (the worst seen is 1.2e-9); rel 1e-7 absorbs the larger (|g| ~ 5) gradients.
-constexpr double kFdEps = 1e-6;
-constexpr double kFdAbs = 1e-8;
-constexpr double kFdRel = 1e-7;
-// Accumulation checks compare two double computations of the same sums in different orders.
-constexpr double kAccTol = 1e-12;
-
-Buffers ZerosLike(const Buffers& b) {
-  Buffers z;
-  for (const Vec& v : b) z.emplace_back(v.size(), 0.0);
-  return z;
-}
-
-void CheckGradients(GradCase& c, uint32_t seed) {
-  const Vec w = Uniform(c.forward(c.inputs).size(), seed);
-  auto loss = [&] {
-    const Vec out = c.forward(c.inputs);
-    long double s = 0;
-    for (size_t i = 0; i < out.size(); ++i) s += static_cast<long double>(w[i]) * out[i];
-    return static_cast<double>(s);
-  };
-  Buffers grads = ZerosLike(c.inputs);
-  c.backward(c.inputs, w, grads);
-  double grad_scale = 0;
-  for (size_t k = 0; k < c.inputs.size(); ++k) {
-    grad_scale = std::max(grad_scale, MaxAbs(grads[k]));
-    for (size_t i = 0; i < c.inputs[k].size(); ++i) {
-      double& x = c.inputs[k][i];
-      const double x0 = x;
-      x = x0 + kFdEps;
-      const double lp = loss();
-      x = x0 - kFdEps;
-      const double lm = loss();
-      x = x0;
-      const double fd = (lp - lm) / (2 * kFdEps);
-      ASSERT_NEAR(grads[k][i], fd, kFdAbs + kFdRel * std::abs(fd)) << "input " << k << "[" << i
-                                                                   << "]";
-    }
-  }
-  EXPECT_GT(grad_scale, 1e-3) << "vacuous check: every gradient is ~0";
-
-  // Accumulation: starting from g0 the backward adds; called twice from zero it doubles.
-  Buffers acc;
-  for (size_t k = 0; k < c.inputs.size(); ++k)
-    acc.push_back(Uniform(c.inputs[k].size(), seed + 100 + uint32_t(k)));
-  const Buffers g0 = acc;
-  c.backward(c.inputs, w, acc);
-  Buffers twice = ZerosLike(c.inputs);
-  c.backward(c.inputs, w, twice);
-  c.backward(c.inputs, w, twice);
-  for (size_t k = 0; k < c.inputs.size(); ++k)
-    for (size_t i = 0; i < c.inputs[k].size(); ++i) {
-      ASSERT_NEAR(acc[k][i], g0[k][i] + grads[k][i], kAccTol * (1 + std::abs(acc[k][i])));
-      ASSERT_NEAR(twice[k][i], 2 * grads[k][i], kAccTol * (1 + std::abs(twice[k][i])));
-    }
 }
 
 class LayerOpsShapeTest : public ::testing::TestWithParam<Shape> {};
@@ -546,27 +452,16 @@ std::map<std::string, std::vector<T>> RunAll(const Shape& s, int threads) {
 // largest magnitude; the elementwise results are within a few ulps of their own magnitude.
 TEST(LayerOpsTest, FloatMatchesDouble) {
   for (const Shape& s : {kSmall, kOdd, kOddSeq3, kWide}) {
-    const auto f = RunAll<float>(s, 0);
-    const auto d = RunAll<double>(s, 0);
-    for (const auto& [name, dv] : d) {
-      const std::vector<float>& fv = f.at(name);
-      double scale = 0;
-      for (double v : dv) scale = std::max(scale, std::abs(v));
-      for (size_t i = 0; i < dv.size(); ++i)
-        ASSERT_NEAR(fv[i], dv[i], 1e-5 * scale + 1e-6 * std::abs(dv[i]))
-            << name << "[" << i << "] " << s.name;
-    }
+    ExpectFloatMatchesDouble(RunAll<float>(s, 0), RunAll<double>(s, 0), s.name);
   }
 }
 
 // Two runs give the same bits, and 1 and 2 oneTBB threads too (GEMMs included).
 TEST(LayerOpsTest, Deterministic) {
   for (const Shape& s : {kSmall, kWide}) {
-    const auto a = RunAll<float>(s, 2), b = RunAll<float>(s, 2), one = RunAll<float>(s, 1);
-    for (const auto& [name, v] : a) {
-      ASSERT_EQ(std::memcmp(v.data(), b.at(name).data(), v.size() * sizeof(float)), 0) << name;
-      ASSERT_EQ(std::memcmp(v.data(), one.at(name).data(), v.size() * sizeof(float)), 0) << name;
-    }
+    const auto a = RunAll<float>(s, 2);
+    ExpectSameBits(a, RunAll<float>(s, 2), "run to run");
+    ExpectSameBits(a, RunAll<float>(s, 1), "2 threads against 1");
   }
 }
 
