@@ -78,8 +78,13 @@ TEST_P(CheckpointFaultTest, AWriteFaultStopsTrainingAndTheLastCheckpointResumes)
   EXPECT_NE(failed.status().ToString().find(fault.message), std::string::npos)
       << failed.status().ToString();
   EXPECT_GT(injected.load(), 0u) << "no fault was injected";
-  // No step after the fault was reported as done: the run stopped in step 4.
-  EXPECT_EQ(steps_reported.load(), 3u);
+  // The run stops at the first step boundary after a write failed. The fault is armed at step
+  // 3's report, and a step's optimizer writes land under the next step's forward: the run
+  // stops in step 4 (3 reported) when some of step 3's writes were still to come, and in step 5
+  // (4 reported) when they had all landed before the report and step 4's are the first to fail
+  // (seen in 2 of 45 runs, three at once under ThreadSanitizer). Never later.
+  EXPECT_GE(steps_reported.load(), 3u);
+  EXPECT_LE(steps_reported.load(), 4u);
 
   // The checkpoint of step 2 is the latest committed one, and every checksum holds.
   auto latest = ckpt::Resolve(dir / "ckpt");
