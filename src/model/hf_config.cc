@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -24,6 +25,7 @@ class Keys {
   Keys(const json& j, std::string file, std::string prefix = "")
       : j_(j), file_(std::move(file)), prefix_(std::move(prefix)) {}
 
+  bool Has(const char* key) const { return j_.contains(key); }
   const json* Find(const char* key) const {
     auto it = j_.find(key);
     return it == j_.end() || it->is_null() ? nullptr : &*it;
@@ -102,9 +104,10 @@ Status ReadRope(const Keys& k, ModelShape* s) {
   if (r == nullptr) return Status::Ok();
   if (!r->is_object()) return k.Bad(key, *r, "expected an object or null");
   const Keys rk(*r, k.file(), std::string(key) + ".");
-  ZINF_ASSIGN_OR_RETURN(std::string type, rk.Str("rope_type", ""));
+  // HF moves the older "type" over "rope_type" when a file has both.
+  ZINF_ASSIGN_OR_RETURN(std::string type, rk.Str("type", ""));
   if (type.empty()) {
-    ZINF_ASSIGN_OR_RETURN(type, rk.Str("type", "default"));  // the older spelling
+    ZINF_ASSIGN_OR_RETURN(type, rk.Str("rope_type", "default"));
   }
   if (rk.Find("rope_theta") != nullptr) {
     ZINF_ASSIGN_OR_RETURN(s->rope_theta, rk.Num("rope_theta", 0));
@@ -141,7 +144,11 @@ Status ReadLlamaFamily(const Keys& k, const std::string& arch, ModelShape* s) {
   ZINF_ASSIGN_OR_RETURN(s->heads, k.Int("num_attention_heads"));
   ZINF_ASSIGN_OR_RETURN(s->layers, k.Int("num_hidden_layers"));
   ZINF_ASSIGN_OR_RETURN(s->vocab, k.Int("vocab_size"));
-  ZINF_ASSIGN_OR_RETURN(s->kv_heads, k.Int("num_key_value_heads", s->heads));
+  const bool llama = arch == "LlamaForCausalLM", mistral = arch == "MistralForCausalLM";
+  // Absent, the config class's default (LlamaConfig: the heads; MistralConfig 8; Qwen2Config
+  // 32); null, the number of attention heads in all three.
+  const int kv_default = !k.Has("num_key_value_heads") && !llama ? (mistral ? 8 : 32) : s->heads;
+  ZINF_ASSIGN_OR_RETURN(s->kv_heads, k.Int("num_key_value_heads", kv_default));
   if (k.Find("head_dim") == nullptr && s->hidden % s->heads != 0) {
     return InvalidArgument(fmt::format(
         "{}: hidden_size {} is not a multiple of num_attention_heads {} and there is no "
@@ -152,9 +159,9 @@ Status ReadLlamaFamily(const Keys& k, const std::string& arch, ModelShape* s) {
   ZINF_ASSIGN_OR_RETURN(s->norm_eps, k.Num("rms_norm_eps", 1e-6));
   ZINF_ASSIGN_OR_RETURN(s->rope_theta, k.Num("rope_theta", 10000.0));
   ZINF_RETURN_IF_ERROR(ReadRope(k, s));
-  const bool llama = arch == "LlamaForCausalLM";
-  ZINF_ASSIGN_OR_RETURN(s->max_positions,
-                        k.Int("max_position_embeddings", llama ? 2048 : 32768));
+  ZINF_ASSIGN_OR_RETURN(
+      s->max_positions,
+      k.Int("max_position_embeddings", llama ? 2048 : mistral ? 4096 * 32 : 32768));
   ZINF_ASSIGN_OR_RETURN(s->tie_word_embeddings, k.Bool("tie_word_embeddings", false));
   if (llama) {
     ZINF_ASSIGN_OR_RETURN(bool bias, k.Bool("attention_bias", false));
@@ -168,7 +175,8 @@ Status ReadLlamaFamily(const Keys& k, const std::string& arch, ModelShape* s) {
                     "zinf attends to every earlier position; a Qwen2 model with sliding-window "
                     "layers is not implemented");
     }
-  } else {  // Mistral: its window applies to every layer
+  } else {  // Mistral: its window applies to every layer; absent, MistralConfig's 4096
+    if (!k.Has("sliding_window")) s->sliding_window = 4096;
     if (const json* w = k.Find("sliding_window")) {
       if (!w->is_number_integer() || w->get<int64_t>() < 1) {
         return k.Bad("sliding_window", *w, "expected a positive integer or null");
@@ -177,7 +185,7 @@ Status ReadLlamaFamily(const Keys& k, const std::string& arch, ModelShape* s) {
     }
   }
   ZINF_ASSIGN_OR_RETURN(std::string act, k.Str("hidden_act", "silu"));
-  if (act != "silu") {
+  if (act != "silu" && act != "swish") {  // HF's ACT2FN: both are SiLU
     return Refuse(k, "hidden_act", act, "zinf's MLP is SwiGLU with SiLU (\"silu\") only");
   }
   ZINF_ASSIGN_OR_RETURN(const double dropout, k.Num("attention_dropout", 0.0));

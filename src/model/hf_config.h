@@ -3,10 +3,13 @@
 // Contract. ReadHfConfig(path) takes a config.json or the directory holding one. It accepts the
 // `architectures` zinf computes exactly: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 // and GPT2LMHeadModel. Keys keep Hugging Face's meaning, and a key that is absent takes the
-// default of HF's config class for that architecture (LlamaConfig: rms_norm_eps 1e-6,
-// rope_theta 10000, num_key_value_heads = num_attention_heads, head_dim =
-// hidden_size/num_attention_heads, tie_word_embeddings false; GPT2Config: n_inner 4·n_embd,
-// layer_norm_epsilon 1e-5, tied). The sizes that have no sensible default (hidden_size,
+// default of HF's config class for that architecture (all three Llama-family classes:
+// rms_norm_eps 1e-6, rope_theta 10000, head_dim = hidden_size/num_attention_heads,
+// tie_word_embeddings false; num_key_value_heads = num_attention_heads for LlamaConfig, 8 for
+// MistralConfig, 32 for Qwen2Config (null means num_attention_heads in all three);
+// max_position_embeddings 2048, 131072, 32768; Mistral's sliding_window 4096 (null: none);
+// GPT2Config: n_inner 4·n_embd, layer_norm_epsilon 1e-5, tied). When a rope_scaling has both
+// "type" and "rope_type", "type" wins, as in HF. The sizes that have no sensible default (hidden_size,
 // intermediate_size, num_attention_heads, num_hidden_layers, vocab_size; GPT-2's n_embd,
 // n_layer, n_head, vocab_size, n_positions) must be there.
 //

@@ -37,17 +37,20 @@ struct LayerCase {
   const char* name;
   int B, seq, C, H, KV, d, I;
   double eps, theta;
-  bool llama3;  // rope_scaling {"rope_type": "llama3", ...} with every wavelength branch taken
-  bool bias;    // Qwen2's q/k/v biases
+  bool llama3;    // rope_scaling {"rope_type": "llama3", ...} with every wavelength branch taken
+  bool qkv_bias;  // q/k/v biases: Qwen2's, and Llama's attention_bias
+  bool o_bias;    // an o_proj bias: Llama's attention_bias
 };
 
 // GQA with d = C/H, theta 10000; multi-query attention (one key/value head) with a head_dim
-// that is not C/H, q/k/v biases and Llama 3.1's rope scaling: with d = 8 and theta 10000 the
-// wavelengths are 6.3, 63, 628 and 6283, and original_max_position_embeddings 64 with
-// low/high factors 1 and 4 puts them in the high, medium, low and low bands.
+// that is not C/H, Llama's attention_bias (q, k, v and o) and Llama 3.1's rope scaling: with
+// d = 8 and theta 10000 the wavelengths are 6.3, 63, 628 and 6283, and
+// original_max_position_embeddings 64 with low/high factors 1 and 4 puts them in the high,
+// medium, low and low bands; Qwen2's biases (q, k, v only) with its theta of 1e6.
 constexpr LayerCase kCases[] = {
-    {"gqa", 2, 7, 32, 4, 2, 8, 48, 1e-5, 10000.0, false, false},
-    {"mqa_bias_llama3", 2, 9, 24, 4, 1, 8, 40, 1e-6, 10000.0, true, true},
+    {"gqa", 2, 7, 32, 4, 2, 8, 48, 1e-5, 10000.0, false, false, false},
+    {"mqa_llama_bias_llama3", 2, 9, 24, 4, 1, 8, 40, 1e-6, 10000.0, true, true, true},
+    {"qwen2_bias", 2, 6, 32, 4, 2, 8, 40, 1e-6, 1e6, false, true, false},
 };
 
 void WriteF32(const fs::path& path, const Vec& v) {
@@ -102,11 +105,12 @@ Layer MakeLayer(const LayerCase& c, uint32_t seed) {
   l.t["gate_proj"] = Random(I * C, rng, 2 * wq);
   l.t["up_proj"] = Random(I * C, rng, wq);
   l.t["down_proj"] = Random(C * I, rng, 1.0f / std::sqrt(float(I)));
-  if (c.bias) {
+  if (c.qkv_bias) {
     l.t["q_bias"] = Random(Q, rng, 0.5f);
     l.t["k_bias"] = Random(K, rng, 0.5f);
     l.t["v_bias"] = Random(K, rng, 0.5f);
   }
+  if (c.o_bias) l.t["o_bias"] = Random(C, rng, 0.5f);
   l.t["dy"] = Random(NC, rng, 1.0f);
   return l;
 }
@@ -124,8 +128,9 @@ void WriteCase(const Layer& l, const fs::path& dir) {
   std::ofstream json(dir / "case.json");
   json << fmt::format(
       R"({{"B": {}, "seq": {}, "hidden": {}, "heads": {}, "kv_heads": {}, "head_dim": {},
-"intermediate": {}, "rms_norm_eps": {}, "rope_theta": {}, "attention_bias": {}, "rope_scaling": {}}})",
-      c.B, c.seq, c.C, c.H, c.KV, c.d, c.I, c.eps, c.theta, c.bias ? "true" : "false",
+"intermediate": {}, "rms_norm_eps": {}, "rope_theta": {}, "qkv_bias": {}, "o_bias": {},
+"rope_scaling": {}}})",
+      c.B, c.seq, c.C, c.H, c.KV, c.d, c.I, c.eps, c.theta, c.qkv_bias, c.o_bias,
       c.llama3 ? R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
 "high_freq_factor": 4.0, "original_max_position_embeddings": 64})"
                : "null");
@@ -145,7 +150,9 @@ std::map<std::string, Vec> RunZinf(const Layer& l) {
     return v;
   };
   const Vec wqkv = cat({&t.at("q_proj"), &t.at("k_proj"), &t.at("v_proj")});
-  const Vec bqkv = c.bias ? cat({&t.at("q_bias"), &t.at("k_bias"), &t.at("v_bias")}) : Vec{};
+  const Vec bqkv =
+      c.qkv_bias ? cat({&t.at("q_bias"), &t.at("k_bias"), &t.at("v_bias")}) : Vec{};
+  const float* bo = c.o_bias ? t.at("o_bias").data() : nullptr;
   const Vec wgu = cat({&t.at("gate_proj"), &t.at("up_proj")});
   auto inv = RopeInvFreq(c.d, c.theta, ScalingOf(c));
   EXPECT_TRUE(inv.ok()) << inv.status().message();
@@ -161,10 +168,11 @@ std::map<std::string, Vec> RunZinf(const Layer& l) {
       a(size_t(N) * Q), h(NC), n2(NC), rstd2(N), gu(size_t(N) * 2 * I), m(size_t(N) * I),
       y(NC);
   RmsNormForward(n1.data(), rstd1.data(), x.data(), t.at("input_layernorm").data(), N, C, c.eps);
-  MatmulForward(qkv.data(), n1.data(), wqkv.data(), c.bias ? bqkv.data() : no_bias, N, C, W);
+  MatmulForward(qkv.data(), n1.data(), wqkv.data(), c.qkv_bias ? bqkv.data() : no_bias, N, C,
+                W);
   RopeForward(qkv.data(), cos.data(), sin.data(), c.B, c.seq, c.H, c.KV, c.d);
   CausalAttentionForward(a.data(), att.data(), qkv.data(), c.B, c.seq, c.H, c.KV, c.d);
-  MatmulForward(h.data(), a.data(), t.at("o_proj").data(), no_bias, N, Q, C);
+  MatmulForward(h.data(), a.data(), t.at("o_proj").data(), bo, N, Q, C);
   for (size_t i = 0; i < NC; ++i) h[i] += x[i];
   RmsNormForward(n2.data(), rstd2.data(), h.data(), t.at("post_attention_layernorm").data(), N,
                  C, c.eps);
@@ -179,7 +187,7 @@ std::map<std::string, Vec> RunZinf(const Layer& l) {
   const Vec& dy = t.at("dy");
   Vec dh = dy, dm(m.size()), dgu(gu.size()), dn2(NC), da(a.size()), dqkv(qkv.size()), dn1(NC);
   Vec dwd(t.at("down_proj").size()), dwgu(wgu.size()), dwpost(C), dwo(t.at("o_proj").size()),
-      dwqkv(wqkv.size()), dbqkv(bqkv.size()), dwin(C);
+      dwqkv(wqkv.size()), dbqkv(bqkv.size()), dbo(C), dwin(C);
   MatmulBackward(dm.data(), dwd.data(), no_grad, dy.data(), m.data(), t.at("down_proj").data(),
                  N, I, C);
   SwiGluBackward(dgu.data(), dm.data(), gu.data(), N, I);
@@ -188,13 +196,13 @@ std::map<std::string, Vec> RunZinf(const Layer& l) {
   RmsNormBackward(dh.data(), dwpost.data(), dn2.data(), h.data(),
                   t.at("post_attention_layernorm").data(), rstd2.data(), N, C);
   Vec dx = dh;
-  MatmulBackward(da.data(), dwo.data(), no_grad, dh.data(), a.data(), t.at("o_proj").data(), N,
-                 Q, C);
+  MatmulBackward(da.data(), dwo.data(), c.o_bias ? dbo.data() : no_grad, dh.data(), a.data(),
+                 t.at("o_proj").data(), N, Q, C);
   Vec scratch(CausalAttentionScratchElems(c.B, c.seq, c.KV));
   CausalAttentionBackward(dqkv.data(), scratch.data(), da.data(), qkv.data(), att.data(), c.B,
                           c.seq, c.H, c.KV, c.d);
   RopeBackward(dqkv.data(), cos.data(), sin.data(), c.B, c.seq, c.H, c.KV, c.d);
-  MatmulBackward(dn1.data(), dwqkv.data(), c.bias ? dbqkv.data() : no_grad, dqkv.data(),
+  MatmulBackward(dn1.data(), dwqkv.data(), c.qkv_bias ? dbqkv.data() : no_grad, dqkv.data(),
                  n1.data(), wqkv.data(), N, C, W);
   RmsNormBackward(dx.data(), dwin.data(), dn1.data(), x.data(), t.at("input_layernorm").data(),
                   rstd1.data(), N, C);
@@ -205,7 +213,8 @@ std::map<std::string, Vec> RunZinf(const Layer& l) {
   r["d_q_proj.out"] = Rows(dwqkv, 0, Q, C);
   r["d_k_proj.out"] = Rows(dwqkv, Q, K, C);
   r["d_v_proj.out"] = Rows(dwqkv, Q + K, K, C);
-  if (c.bias) {
+  if (c.o_bias) r["d_o_bias.out"] = dbo;
+  if (c.qkv_bias) {
     r["d_q_bias.out"] = Rows(dbqkv, 0, Q, 1);
     r["d_k_bias.out"] = Rows(dbqkv, Q, K, 1);
     r["d_v_bias.out"] = Rows(dbqkv, Q + K, K, 1);

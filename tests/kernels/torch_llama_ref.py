@@ -7,10 +7,11 @@ of zinf, forward and backward through torch.autograd in float32.
 usage: torch_llama_ref.py DIR...   (one case a directory)
   DIR/case.json: {"B", "seq", "hidden", "heads", "kv_heads", "head_dim", "intermediate",
                   "rms_norm_eps", "rope_theta", "rope_scaling" (null or HF's dict),
-                  "attention_bias"}
+                  "qkv_bias", "o_bias"}
   in (raw little-endian float32): x [B,seq,hidden], input_layernorm, q_proj, k_proj, v_proj,
       o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj (nn.Linear [out, in]),
-      q_bias, k_bias, v_bias (with attention_bias), dy [B,seq,hidden]
+      q_bias, k_bias, v_bias (with qkv_bias: Qwen2's, and Llama's attention_bias), o_bias (with
+      o_bias: Llama's attention_bias), dy [B,seq,hidden]
   out: y.out, and d_<name>.out for x and every weight: ∂(Σ y·dy)/∂name
 Exit status 77 when torch (or numpy) cannot be imported, so the test can skip.
 """
@@ -48,8 +49,10 @@ def run_case(d, np, torch):
         "v_proj": (KV * hd, C), "o_proj": (C, H * hd), "post_attention_layernorm": (C,),
         "gate_proj": (I, C), "up_proj": (I, C), "down_proj": (C, I), "dy": (B, T, C),
     }
-    if cfg["attention_bias"]:
+    if cfg["qkv_bias"]:
         shapes.update({"q_bias": (H * hd,), "k_bias": (KV * hd,), "v_bias": (KV * hd,)})
+    if cfg["o_bias"]:
+        shapes["o_bias"] = (C,)
     t = {}
     for name, shape in shapes.items():
         n = math.prod(shape)
@@ -96,7 +99,7 @@ def run_case(d, np, torch):
         return x[:, :, None, :, :].expand(b, kv, n_rep, s, dim).reshape(b, kv * n_rep, s, dim)
 
     def linear(x, name):
-        bias = t.get(name.replace("_proj", "_bias")) if name[0] in "qkv" else None
+        bias = t.get(name.replace("_proj", "_bias"))  # None where the case has none
         return torch.nn.functional.linear(x, t[name], bias)
 
     x = t["x"]

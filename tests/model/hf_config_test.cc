@@ -165,6 +165,31 @@ TEST_F(HfConfigTest, AbsentKeysTakeHfDefaults) {
   EXPECT_EQ(b->shape.head_dim, 32);
 }
 
+// Mistral's and Qwen2's config classes have their own defaults: absent key/value heads are 8
+// and 32 (null: the attention heads), Mistral's window 4096 (null: none) and its positions
+// 4096·32; "swish" is SiLU.
+TEST_F(HfConfigTest, MistralAndQwen2DefaultsAreTheirClasses) {
+  const std::string sizes = R"("hidden_size": 2048, "intermediate_size": 160,
+    "num_attention_heads": 32, "num_hidden_layers": 2, "vocab_size": 100)";
+  auto m = ReadHfConfig(Write("mistral_min", R"({"model_type": "mistral", )" + sizes + "}"));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->shape.kv_heads, 8);
+  EXPECT_EQ(m->shape.sliding_window, 4096);
+  EXPECT_EQ(m->shape.max_positions, 131072);
+  auto mn = ReadHfConfig(Write("mistral_null", R"({"model_type": "mistral",
+    "num_key_value_heads": null, "sliding_window": null, "hidden_act": "swish", )" + sizes + "}"));
+  ASSERT_TRUE(mn.ok()) << mn.status().message();
+  EXPECT_EQ(mn->shape.kv_heads, 32);
+  EXPECT_EQ(mn->shape.sliding_window, 0);
+  EXPECT_TRUE(mn->shape.CheckSequence(100000).ok());
+  auto q = ReadHfConfig(Write("qwen_min", R"({"model_type": "qwen2", )" + sizes + "}"));
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_EQ(q->shape.kv_heads, 32);
+  EXPECT_EQ(q->shape.max_positions, 32768);
+  EXPECT_TRUE(q->shape.qkv_bias);
+  EXPECT_FALSE(q->shape.o_bias);
+}
+
 TEST_F(HfConfigTest, WhatZinfCannotComputeIsRefusedNamingFileAndKey) {
   const std::string llama = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
     "intermediate_size": 160, "num_attention_heads": 4, "num_hidden_layers": 2, )";
@@ -178,6 +203,10 @@ TEST_F(HfConfigTest, WhatZinfCannotComputeIsRefusedNamingFileAndKey) {
        "type \"linear\""},
       {llama + R"("vocab_size": 100, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})",
        "no \"rope_scaling.low_freq_factor\""},
+      {llama + R"("vocab_size": 100, "rope_scaling": {"rope_type": "llama3", "type": "linear",
+          "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}})",
+       "type \"linear\""},  // HF lets the older "type" win
       {llama + R"("vocab_size": 100, "hidden_act": "gelu"})", "\"hidden_act\" is \"gelu\""},
       {llama + R"("vocab_size": 100, "attention_dropout": 0.1})", "\"attention_dropout\" is 0.1"},
       {llama + R"("vocab_size": 100, "partial_rotary_factor": 0.5})", "partial_rotary_factor"},
