@@ -133,10 +133,6 @@ Status ReadRope(const Keys& k, ModelShape* s) {
   return Status::Ok();
 }
 
-Status Refuse(const Keys& k, const char* key, const json& v, std::string_view why) {
-  return k.Bad(key, v, why);
-}
-
 Status ReadLlamaFamily(const Keys& k, const std::string& arch, ModelShape* s) {
   s->arch = Arch::kLlama;
   ZINF_ASSIGN_OR_RETURN(s->hidden, k.Int("hidden_size"));
@@ -171,7 +167,7 @@ Status ReadLlamaFamily(const Keys& k, const std::string& arch, ModelShape* s) {
     s->qkv_bias = true;  // Qwen2Attention: q, k, v with biases, o_proj without
     ZINF_ASSIGN_OR_RETURN(bool window, k.Bool("use_sliding_window", false));
     if (window) {
-      return Refuse(k, "use_sliding_window", true,
+      return k.Bad("use_sliding_window", true,
                     "zinf attends to every earlier position; a Qwen2 model with sliding-window "
                     "layers is not implemented");
     }
@@ -186,21 +182,21 @@ Status ReadLlamaFamily(const Keys& k, const std::string& arch, ModelShape* s) {
   }
   ZINF_ASSIGN_OR_RETURN(std::string act, k.Str("hidden_act", "silu"));
   if (act != "silu" && act != "swish") {  // HF's ACT2FN: both are SiLU
-    return Refuse(k, "hidden_act", act, "zinf's MLP is SwiGLU with SiLU (\"silu\") only");
+    return k.Bad("hidden_act", act, "zinf's MLP is SwiGLU with SiLU (\"silu\") only");
   }
   ZINF_ASSIGN_OR_RETURN(const double dropout, k.Num("attention_dropout", 0.0));
   if (dropout != 0.0) {
-    return Refuse(k, "attention_dropout", dropout, "zinf trains without dropout: expected 0");
+    return k.Bad("attention_dropout", dropout, "zinf trains without dropout: expected 0");
   }
   ZINF_ASSIGN_OR_RETURN(double partial, k.Num("partial_rotary_factor", 1.0));
   if (partial != 1.0) {
-    return Refuse(k, "partial_rotary_factor", partial,
+    return k.Bad("partial_rotary_factor", partial,
                   "zinf rotates the whole head: expected 1");
   }
   if (const json* types = k.Find("layer_types")) {
     for (const json& t : *types) {
       if (t != "full_attention") {
-        return Refuse(k, "layer_types", *types,
+        return k.Bad("layer_types", *types,
                       "zinf computes full attention in every layer: expected every entry "
                       "\"full_attention\"");
       }
@@ -221,11 +217,11 @@ Status ReadGpt2(const Keys& k, ModelShape* s, double* dropout) {
   ZINF_ASSIGN_OR_RETURN(s->intermediate, k.Int("n_inner", 4 * s->hidden));
   ZINF_ASSIGN_OR_RETURN(s->norm_eps, k.Num("layer_norm_epsilon", 1e-5));
   if (s->norm_eps != 1e-5) {
-    return Refuse(k, "layer_norm_epsilon", s->norm_eps, "zinf's GPT-2 LayerNorm uses 1e-5");
+    return k.Bad("layer_norm_epsilon", s->norm_eps, "zinf's GPT-2 LayerNorm uses 1e-5");
   }
   ZINF_ASSIGN_OR_RETURN(std::string act, k.Str("activation_function", "gelu_new"));
   if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
-    return Refuse(k, "activation_function", act,
+    return k.Bad("activation_function", act,
                   "zinf's GPT-2 MLP uses the tanh GELU (\"gelu_new\")");
   }
   ZINF_ASSIGN_OR_RETURN(s->tie_word_embeddings, k.Bool("tie_word_embeddings", true));
