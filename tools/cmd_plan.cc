@@ -33,6 +33,7 @@
 #include "src/base/units.h"
 #include "src/ckpt/manifest.h"
 #include "src/runtime/offload_runtime.h"
+#include "src/train/cpu_backend.h"
 #include "src/train/executor.h"
 #include "src/train/planner.h"
 #include "src/train/sizing.h"
@@ -169,7 +170,7 @@ Status ProbeCompute(const Config& c, train::PlanRates* r) {
 }
 
 // With ZeRO-1 and above across ranks, every unit must give each rank a part of its state.
-Status CheckChunks(const train::GptDims& dims, uint32_t world) {
+Status CheckChunks(const train::Model& dims, uint32_t world) {
   for (uint32_t u = 0; u < dims.units(); ++u) {
     if (ckpt::ChunkOfUnit(dims.UnitParams(u), world, world - 1).len == 0) {
       return InvalidArgument(fmt::format(
@@ -184,7 +185,7 @@ Status CheckChunks(const train::GptDims& dims, uint32_t world) {
 // The planner's inputs from the config: the shapes, the budgets, the executor's device buffers
 // and the swap directories' free bytes and alignment.
 void FillPlanInputs(const Config& c, const PlanArgs& pa, bool state_nvme, train::PlanInputs& in) {
-  const train::GptDims& dims = in.dims;
+  const train::Model& dims = in.dims;
   in.batch = static_cast<int>(c.MicroBatchSize());
   in.seq = static_cast<int>(c.zinf.model.seq_len);
   in.micro_batches = static_cast<uint32_t>(c.GradientAccumulationSteps());
@@ -203,9 +204,7 @@ void FillPlanInputs(const Config& c, const PlanArgs& pa, bool state_nvme, train:
   const int mb = static_cast<int>(c.MicroBatchSize()), seq = static_cast<int>(c.zinf.model.seq_len);
   in.device_reserved = train::DeviceBufferBytes(
       dims, mb, seq,
-      kernels::cpu::AttentionBackwardScratchElems(mb, seq, static_cast<int>(dims.C),
-                                                  static_cast<int>(dims.NH)),
-      gathered);
+      dims.LayerScratchElems(*train::MakeCpuBackend<float>(), mb, seq), gathered);
   train::ExecutorOptions eo;
   eo.optimizer_on_nvme = state_nvme;
   eo.pipeline_slabs = c.zinf.pipeline_depth + 1;
@@ -311,7 +310,7 @@ Status MeasureRates(const Config& c, const TrainArgs& a, const PlanArgs& pa, Dev
 }
 
 // Prints the plan (and the proposal, if any): JSON with --json, else text.
-void PrintPlan(const PlanArgs& pa, const train::GptDims& dims, const train::Plan& plan,
+void PrintPlan(const PlanArgs& pa, const train::Model& dims, const train::Plan& plan,
                const train::PlanRates& rates, const std::optional<train::Plan>& proposal,
                uint64_t proposed_host) {
   nlohmann::json j = plan.ToJson();
@@ -356,7 +355,9 @@ int RunPlan(const CLI::App& cmd, const TrainArgs& a, const PlanArgs& pa) {
   auto cfg = BuildTrainConfig(cmd, a);
   if (!cfg.ok()) return fail(cfg.status(), 2);
   Config& c = cfg->config;
-  const train::GptDims dims = train::GptDims::FromConfig(c.zinf.model);
+  auto model = train::Model::FromConfig(c.zinf.model);
+  if (!model.ok()) return fail(model.status(), 2);
+  const train::Model& dims = *model;
   const bool state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   const uint64_t per_param = train::StateBytesPerParam(c);
 

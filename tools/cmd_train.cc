@@ -240,11 +240,17 @@ void AddDataFlags(CLI::App* cmd, TrainArgs* a) {
 
 // The model, the batch, the optimizer and the offload.
 void AddModelFlags(CLI::App* cmd, TrainArgs* a) {
+  cmd->add_option("--arch", a->arch, "zinf.model.arch")
+      ->check(CLI::IsMember({"gpt2", "llama"}));
   cmd->add_option("--layers", a->layers, "zinf.model.layers")->check(CLI::Range(1u, 4096u));
   cmd->add_option("--width", a->width, "zinf.model.width")->check(CLI::Range(1u, 65536u));
   cmd->add_option("--heads", a->heads, "zinf.model.heads")->check(CLI::Range(1u, 1024u));
   cmd->add_option("--seq-len", a->seq_len, "zinf.model.seq_len")->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("--vocab", a->vocab, "zinf.model.vocab")->check(CLI::Range(2u, 1u << 24));
+  cmd->add_option("--kv-heads", a->kv_heads, "zinf.model.kv_heads (arch llama)")
+      ->check(CLI::Range(1u, 1024u));
+  cmd->add_option("--intermediate", a->intermediate, "zinf.model.intermediate (arch llama)")
+      ->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("--batch", a->batch, "train_micro_batch_size_per_gpu")
       ->check(CLI::Range(1u, std::numeric_limits<uint32_t>::max()));
   cmd->add_option("--grad-accum", a->accum, "gradient_accumulation_steps")

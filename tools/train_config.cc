@@ -34,11 +34,16 @@ Status ApplyFlags(const CLI::App& cmd, const TrainArgs& a, Config& c, ConfigSour
     for (const char* p : paths) sources.Set(p, flag);
     return true;
   };
+  if (set("--arch", {"zinf.model.arch"})) c.zinf.model.arch = a.arch;
   if (set("--layers", {"zinf.model.layers"})) c.zinf.model.layers = a.layers;
   if (set("--width", {"zinf.model.width"})) c.zinf.model.width = a.width;
   if (set("--heads", {"zinf.model.heads"})) c.zinf.model.heads = a.heads;
   if (set("--seq-len", {"zinf.model.seq_len"})) c.zinf.model.seq_len = a.seq_len;
   if (set("--vocab", {"zinf.model.vocab"})) c.zinf.model.vocab = a.vocab;
+  if (set("--kv-heads", {"zinf.model.kv_heads"})) c.zinf.model.kv_heads = a.kv_heads;
+  if (set("--intermediate", {"zinf.model.intermediate"})) {
+    c.zinf.model.intermediate = a.intermediate;
+  }
   if (set("--batch", {"train_micro_batch_size_per_gpu", "train_batch_size"})) {
     c.train.train_micro_batch_size_per_gpu = a.batch;
     c.train.train_batch_size.reset();

@@ -27,6 +27,28 @@ using detail::kChannelChunk;
 using detail::kLanes;
 
 template <typename T>
+void TokenEmbeddingForward(T* out, const int32_t* tokens, const T* wte, int N, int C,
+                           const OpOptions& o) {
+  ForRows(size_t(N), C, o, [&](size_t r0, size_t r1) {
+    for (size_t r = r0; r < r1; ++r) {
+      std::copy_n(wte + size_t(tokens[r]) * C, C, out + r * C);
+    }
+  });
+}
+
+template <typename T>
+void TokenEmbeddingBackward(T* dwte, const T* dout, const int32_t* tokens, int N, int C,
+                            const OpOptions& o) {
+  ForChunks(size_t(C), kChannelChunk, o, [&](size_t c0, size_t c1) {
+    for (size_t r = 0; r < size_t(N); ++r) {
+      const T* d = dout + r * C;
+      T* dw = dwte + size_t(tokens[r]) * C;
+      for (size_t i = c0; i < c1; ++i) dw[i] += d[i];
+    }
+  });
+}
+
+template <typename T>
 void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, double eps,
                     const OpOptions& o) {
   const T e = T(eps);
@@ -298,6 +320,10 @@ void SwiGluBackward(T* dgu, const T* dout, const T* gu, int N, int I, const OpOp
 }
 
 #define ZINF_LLAMA_OPS_INSTANTIATE(T)                                                          \
+  template void TokenEmbeddingForward<T>(T*, const int32_t*, const T*, int, int,              \
+                                         const OpOptions&);                                    \
+  template void TokenEmbeddingBackward<T>(T*, const T*, const int32_t*, int, int,             \
+                                          const OpOptions&);                                   \
   template void RmsNormForward<T>(T*, T*, const T*, const T*, int, int, double,                \
                                   const OpOptions&);                                           \
   template void RmsNormBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int, int,    \

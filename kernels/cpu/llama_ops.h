@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,17 @@
 #include "zinf/status.h"
 
 namespace zinf::kernels::cpu {
+
+// ---------------------------------------------------------------- token embedding
+
+// out[r, :] = wte[tokens[r], :] for N rows of C (Llama has no learned positions).
+template <typename T>
+void TokenEmbeddingForward(T* out, const int32_t* tokens, const T* wte, int N, int C,
+                           const OpOptions& o = {});
+// dwte[tokens[r], :] += dout[r, :], rows added in increasing order (chunks of channels).
+template <typename T>
+void TokenEmbeddingBackward(T* dwte, const T* dout, const int32_t* tokens, int N, int C,
+                            const OpOptions& o = {});
 
 // ---------------------------------------------------------------- RMSNorm
 

@@ -157,6 +157,26 @@ void ValidateResources(const Config& c, bool model_rules, std::vector<std::strin
                     "expected a multiple of heads",
                     m.width, m.heads));
   }
+  if (model_rules && !m.is_llama()) {
+    // The JSON reader refuses these keys with gpt2; here what a flag set is caught too.
+    if (m.kv_heads != 0 || m.intermediate != 0) {
+      out.push_back(fmt::format("zinf.model.{}: {} is a setting of arch \"llama\"; expected it "
+                                "unset with zinf.model.arch \"gpt2\"",
+                                m.kv_heads != 0 ? "kv_heads" : "intermediate",
+                                m.kv_heads != 0 ? m.kv_heads : m.intermediate));
+    }
+  }
+  if (model_rules && m.is_llama()) {
+    if (m.heads % m.KvHeads() != 0) {
+      out.push_back(fmt::format("zinf.model.kv_heads: {} does not divide zinf.model.heads {}; "
+                                "expected a divisor of heads", m.KvHeads(), m.heads));
+    }
+    if (m.width % m.heads == 0 && (m.width / m.heads) % 2 != 0) {
+      out.push_back(fmt::format("zinf.model.width: {} over {} heads is an odd head_dim {}; "
+                                "expected an even one (rotary embeddings)",
+                                m.width, m.heads, m.width / m.heads));
+    }
+  }
 
   // Budgets that can never be met.
   const bool uses_nvme = c.zero.offload_param.device == OffloadDevice::kNvme ||
@@ -261,16 +281,30 @@ std::string_view PrecisionName(Precision p) {
   return "?";
 }
 
+uint32_t ModelConfig::Intermediate() const {
+  if (!is_llama()) return 4 * width;
+  if (intermediate != 0) return intermediate;
+  const uint64_t hidden = 2 * (4 * uint64_t{width}) / 3;  // Meta's llama/model.py, multiple_of 256
+  return static_cast<uint32_t>((hidden + 255) / 256 * 256);
+}
 uint64_t ModelConfig::BlockParams() const {
   const uint64_t c = width;
-  return 12 * c * c + 13 * c;
+  if (!is_llama()) return 12 * c * c + 13 * c;
+  const uint64_t d = c / heads, q = uint64_t{heads} * d, kv = uint64_t{KvHeads()} * d;
+  return c * (q + 2 * kv) + q * c + 3 * c * Intermediate() + 2 * c;
 }
-uint64_t ModelConfig::EmbeddingParams() const { return (uint64_t{vocab} + seq_len) * width; }
+uint64_t ModelConfig::EmbeddingParams() const {
+  return (uint64_t{vocab} + (is_llama() ? 0 : seq_len)) * width;
+}
+uint64_t ModelConfig::FinalParams() const {
+  if (!is_llama()) return uint64_t{2} * width;
+  return uint64_t{width} + (tie_embeddings ? 0 : uint64_t{vocab} * width);
+}
 uint64_t ModelConfig::LargestUnitParams() const {
-  return std::max({BlockParams(), EmbeddingParams(), uint64_t{2} * width});
+  return std::max({BlockParams(), EmbeddingParams(), FinalParams()});
 }
 uint64_t ModelConfig::TotalParams() const {
-  return EmbeddingParams() + layers * BlockParams() + uint64_t{2} * width;
+  return EmbeddingParams() + layers * BlockParams() + FinalParams();
 }
 
 Result<Config> Config::FromFile(const std::string& path, const ConfigParseOptions& options) {
@@ -482,11 +516,23 @@ nlohmann::ordered_json Config::ToJson() const {
                  {"optimizer_state_dtype", zinf.optimizer_state_dtype},
                  {"optimizer_state_rounding", zinf.optimizer_state_rounding},
                  {"model",
-                  {{"layers", m.layers},
-                   {"width", m.width},
-                   {"heads", m.heads},
-                   {"seq_len", m.seq_len},
-                   {"vocab", m.vocab}}},
+                  m.is_llama() ? nlohmann::json{{"arch", m.arch},
+                                                {"layers", m.layers},
+                                                {"width", m.width},
+                                                {"heads", m.heads},
+                                                {"seq_len", m.seq_len},
+                                                {"vocab", m.vocab},
+                                                {"kv_heads", m.KvHeads()},
+                                                {"intermediate", m.Intermediate()},
+                                                {"norm_eps", m.norm_eps},
+                                                {"rope_theta", m.rope_theta},
+                                                {"tie_embeddings", m.tie_embeddings}}
+                               : nlohmann::json{{"arch", m.arch},
+                                                {"layers", m.layers},
+                                                {"width", m.width},
+                                                {"heads", m.heads},
+                                                {"seq_len", m.seq_len},
+                                                {"vocab", m.vocab}}},
                  {"checkpoint",
                   {{"dir", zinf.checkpoint.dir},
                    {"every", zinf.checkpoint.every},

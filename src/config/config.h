@@ -201,19 +201,34 @@ struct BudgetsConfig {
   bool host_bytes_auto = false;
 };
 
-// `zinf.model`: the GPT-2 style decoder of `zinf train` (issue 5). Units: the embedding, each
-// block, the final norm with the (tied) head.
+// `zinf.model`: the decoder `zinf train` builds (src/train/model.h). Units: the embedding, each
+// layer, the final norm (with an untied head). arch "gpt2" is GPT-2 as nanoGPT has it; "llama"
+// is Hugging Face's LlamaForCausalLM (RMSNorm, rotary positions, grouped-query attention,
+// SwiGLU, no biases), whose extra keys below take HF's meaning and defaults.
 struct ModelConfig {
+  std::string arch = "gpt2";  // "gpt2" or "llama"
   uint32_t layers = 4;     // transformer blocks: 1..4096
-  uint32_t width = 128;    // model width (n_embd): 1..65536, divisible by heads
+  uint32_t width = 128;    // model width (n_embd / hidden_size): 1..65536, divisible by heads
   uint32_t heads = 4;      // attention heads: 1..1024
   uint32_t seq_len = 128;  // context length (n_positions): 1..1048576
   uint32_t vocab = 256;    // vocabulary (byte-level by default): 2..16777216
+  // llama only (a value given for gpt2 is refused):
+  uint32_t kv_heads = 0;      // num_key_value_heads; 0: heads (no grouping)
+  uint32_t intermediate = 0;  // intermediate_size; 0: Meta's 8/3·width rounded up to 256
+  double norm_eps = 1e-6;     // rms_norm_eps
+  double rope_theta = 10000.0;
+  bool tie_embeddings = false;  // tie_word_embeddings
 
-  // Parameter counts of the units, GPT-2 layout with biases (width C, vocab V, seq T):
-  // block 12C² + 13C; embedding (V + T)·C; final norm 2C (the head is tied to the embedding).
+  bool is_llama() const { return arch == "llama"; }
+  uint32_t KvHeads() const { return kv_heads == 0 ? heads : kv_heads; }
+  uint32_t Intermediate() const;  // the MLP's width (GPT-2: 4·width)
+
+  // Parameter counts of the units (width C, vocab V, seq T). GPT-2: block 12C² + 13C;
+  // embedding (V + T)·C; final norm 2C (the head is tied). Llama: layer C·(H·d + 2·KV·d) +
+  // H·d·C + 3·C·I + 2C; embedding V·C; final C, plus V·C when untied.
   uint64_t BlockParams() const;
   uint64_t EmbeddingParams() const;
+  uint64_t FinalParams() const;
   uint64_t LargestUnitParams() const;
   uint64_t TotalParams() const;
 };

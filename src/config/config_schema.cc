@@ -255,11 +255,34 @@ void ReadBf16(Reader r, Bf16Config* c) {
 // --- zinf ---------------------------------------------------------------------------------
 
 void ReadModel(Reader r, ModelConfig* c) {
+  const Choices<std::string_view> archs = {{"gpt2", "gpt2"}, {"llama", "llama"}};
+  std::string_view arch = c->arch;
+  r.Enum("arch", &arch, archs);
+  c->arch = std::string(arch);
   r.Uint32(r.Alias("layers", "n_layer"), &c->layers, 1, 4096);
   r.Uint32(r.Alias("width", "n_embd"), &c->width, 1, 65536);
   r.Uint32(r.Alias("heads", "n_head"), &c->heads, 1, 1024);
   r.Uint32(r.Alias("seq_len", "n_positions"), &c->seq_len, 1, 1 << 20);
   r.Uint32(r.Alias("vocab", "vocab_size"), &c->vocab, 2, 1 << 24);
+  // The Llama family's own keys. GPT-2 has no such choice (its head is tied, its MLP 4·width
+  // wide, its attention ungrouped), so any of them given with it is refused.
+  const std::string_view kv = r.Alias("kv_heads", "num_key_value_heads");
+  const std::string_view inter = r.Alias("intermediate", "intermediate_size");
+  const std::string_view eps = r.Alias("norm_eps", "rms_norm_eps");
+  const std::string_view tie = r.Alias("tie_embeddings", "tie_word_embeddings");
+  r.Uint32(kv, &c->kv_heads, 0, 1024);
+  r.Uint32(inter, &c->intermediate, 0, 1u << 20);
+  r.Double(eps, &c->norm_eps, Above(0));
+  r.Double("rope_theta", &c->rope_theta, Above(0));
+  r.Bool(tie, &c->tie_embeddings);
+  if (!c->is_llama()) {
+    for (std::string_view key : {kv, inter, eps, std::string_view("rope_theta"), tie}) {
+      if (r.Has(key)) {
+        r.Error(key, "is a key of arch \"llama\"; expected it absent with arch \"gpt2\" "
+                     "(GPT-2's head is tied, its MLP 4·width wide, its heads ungrouped)");
+      }
+    }
+  }
   r.Finish();
 }
 

@@ -9,8 +9,11 @@
 //   stream; T = float only. Calls return once the work is enqueued.
 // Either way a caller that hands results to another stream or to the host calls Synchronize()
 // first. Every op returns a Status (launch or cuBLAS errors on CUDA, bad arguments on both).
-// Backward ops ACCUMULATE into their gradient outputs.
-// The same model code (gpt.h) runs on both: it only calls this interface.
+// Backward ops ACCUMULATE into their gradient outputs (RopeBackward alone rotates in place).
+// The Llama-family ops (kernels/cpu/llama_ops.h's math and layouts) have a default that
+// returns Unimplemented naming the op and the backend, so a backend without them refuses a
+// Llama model at its first call instead of computing something else.
+// The same model code (gpt.h, llama.h) runs on both: it only calls this interface.
 //
 // Thread-safety: a Backend is used by one thread at a time (the layer executor).
 #pragma once
@@ -20,6 +23,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kernels/cpu/dtype.h"
 #include "zinf/status.h"
@@ -70,6 +74,58 @@ class Backend {
   virtual Status CrossEntropyBackward(T* dlogits, const T* probs, const int32_t* targets,
                                       T dloss_each, int N, int V) = 0;
 
+  // Whether the Llama-family ops below are implemented (the layer executor refuses a Llama
+  // model at start on a backend without them).
+  virtual bool HasLlamaOps() const { return false; }
+  // ---- Llama-family ops (llama_ops.h). qkv rows are [q H·d | k KV·d | v KV·d], gu rows
+  // [gate I | up I]; cos and sin are RopeTables' [seq, d/2] tables in this device's memory.
+  virtual Status TokenEmbeddingForward(T* out, const int32_t* tokens, const T* wte, int N,
+                                       int C) {
+    return Missing("TokenEmbeddingForward");
+  }
+  virtual Status TokenEmbeddingBackward(T* dwte, const T* dout, const int32_t* tokens, int N,
+                                        int C) {
+    return Missing("TokenEmbeddingBackward");
+  }
+  virtual Status RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int N, int C,
+                                double eps) {
+    return Missing("RmsNormForward");
+  }
+  virtual Status RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp,
+                                 const T* weight, const T* rstd, int N, int C) {
+    return Missing("RmsNormBackward");
+  }
+  virtual Status RopeTables(T* cos, T* sin, const std::vector<float>& inv_freq, int seq) {
+    return Missing("RopeTables");
+  }
+  virtual Status RopeForward(T* qkv, const T* cos, const T* sin, int B, int seq, int H, int KV,
+                             int d) {
+    return Missing("RopeForward");
+  }
+  virtual Status RopeBackward(T* dqkv, const T* cos, const T* sin, int B, int seq, int H,
+                              int KV, int d) {
+    return Missing("RopeBackward");
+  }
+  // scratch of CausalAttentionForward and Backward alike; att [B, H, seq, seq] is kept between
+  // a forward and its backward.
+  virtual size_t CausalAttentionScratchElems(int B, int seq, int H, int KV, int d) const {
+    return 0;
+  }
+  virtual Status CausalAttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int seq,
+                                        int H, int KV, int d) {
+    return Missing("CausalAttentionForward");
+  }
+  virtual Status CausalAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv,
+                                         const T* att, int B, int seq, int H, int KV, int d) {
+    return Missing("CausalAttentionBackward");
+  }
+  virtual Status SwiGluForward(T* out, const T* gu, int N, int I) {
+    return Missing("SwiGluForward");
+  }
+  virtual Status SwiGluBackward(T* dgu, const T* dout, const T* gu, int N, int I) {
+    return Missing("SwiGluBackward");
+  }
+
   // Takes, at start, the device memory the backend's own buffers need for up to `rows` rows
   // (the CUDA backend's per-row loss gradient), so that a tight budget fails at start and not
   // mid-run; ReserveBytes says how much that is.
@@ -90,6 +146,12 @@ class Backend {
   virtual Status Narrow(void* out, const T* in, kernels::DType type, size_t n) = 0;
   // Waits until every op called so far has finished; their first error.
   virtual Status Synchronize() = 0;
+
+ protected:
+  Status Missing(const char* op) const {
+    return Unimplemented(std::string(op) + ": the " + std::string(name()) +
+                         " backend has no Llama-family ops yet");
+  }
 };
 
 }  // namespace zinf::train

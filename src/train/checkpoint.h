@@ -249,7 +249,7 @@ Status RestoreRepartitioned(LayerExecutor& executor, const std::vector<ckpt::Man
 // twice is InvalidArgument; a missing one is DataLoss. Pointers into `manifest`.
 using StateShardSet = std::array<const ckpt::ShardEntry*, offload::kStateRoles>;
 Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& manifest,
-                                                    const GptDims& dims);
+                                                    const Model& model);
 // The config the checkpoint's run had (its "training.config"), read onto `base`.
 Result<Config> ConfigOf(const ckpt::Manifest& manifest, const Config& base);
 // The total steps the checkpoint's run was asked for, its data and evaluation options

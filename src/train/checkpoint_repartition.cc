@@ -40,7 +40,7 @@ Result<std::vector<ckpt::Manifest>> StatePartsForRepartition(const ckpt::Manifes
 Status RestoreRepartitioned(LayerExecutor& ex, const std::vector<ckpt::Manifest>& parts,
                             uint64_t step, uint32_t rank, uint32_t world,
                             const std::string& partition) {
-  const GptDims& d = ex.dims();
+  const Model& d = ex.model();
   if (parts.empty()) return InvalidArgument("re-partitioning: no part holds the state");
   std::vector<std::vector<StateShardSet>> shards_of;  // [part][unit][role]
   for (const ckpt::Manifest& part : parts) {

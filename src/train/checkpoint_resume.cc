@@ -327,7 +327,7 @@ Result<TrainerState> TrainerStateOf(const ckpt::Manifest& m) {
   return st;
 }
 
-Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& m, const GptDims& d) {
+Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& m, const Model& d) {
   const uint32_t units = d.units();
   const std::string where = ManifestPath(m);
   std::vector<StateShardSet> by_unit(units);
@@ -368,7 +368,7 @@ Result<std::vector<StateShardSet>> StateShardsByUnit(const ckpt::Manifest& m, co
 }
 
 Status RestoreOptimizerState(LayerExecutor& ex, const ckpt::Manifest& m) {
-  const GptDims& d = ex.dims();
+  const Model& d = ex.model();
   const uint32_t units = d.units();
   const std::string where = ManifestPath(m);
   ZINF_ASSIGN_OR_RETURN(const std::vector<StateShardSet> by_unit, StateShardsByUnit(m, d));

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/cast.h"
+#include "kernels/cpu/llama_ops.h"
 
 namespace zinf::train {
 namespace {
@@ -100,6 +101,73 @@ class CpuBackend final : public Backend<T> {
     ops::CrossEntropyBackward(dlogits, probs, targets, dloss_.data(), N, V, o_);
     return Status::Ok();
   }
+  bool HasLlamaOps() const override { return true; }
+  Status TokenEmbeddingForward(T* out, const int32_t* tokens, const T* wte, int N,
+                               int C) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("TokenEmbeddingForward", {N, C}));
+    ops::TokenEmbeddingForward(out, tokens, wte, N, C, o_);
+    return Status::Ok();
+  }
+  Status TokenEmbeddingBackward(T* dwte, const T* dout, const int32_t* tokens, int N,
+                                int C) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("TokenEmbeddingBackward", {N, C}));
+    ops::TokenEmbeddingBackward(dwte, dout, tokens, N, C, o_);
+    return Status::Ok();
+  }
+  Status RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int N, int C,
+                        double eps) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("RmsNormForward", {N, C}));
+    ops::RmsNormForward(out, rstd, inp, weight, N, C, eps, o_);
+    return Status::Ok();
+  }
+  Status RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                         const T* rstd, int N, int C) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("RmsNormBackward", {N, C}));
+    ops::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C, o_);
+    return Status::Ok();
+  }
+  Status RopeTables(T* cos, T* sin, const std::vector<float>& inv_freq, int seq) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("RopeTables", {long(inv_freq.size()), seq}));
+    ops::RopeTables(cos, sin, inv_freq, seq);
+    return Status::Ok();
+  }
+  Status RopeForward(T* qkv, const T* cos, const T* sin, int B, int seq, int H, int KV,
+                     int d) override {
+    ZINF_RETURN_IF_ERROR(CheckHeads("RopeForward", B, seq, H, KV, d));
+    ops::RopeForward(qkv, cos, sin, B, seq, H, KV, d, o_);
+    return Status::Ok();
+  }
+  Status RopeBackward(T* dqkv, const T* cos, const T* sin, int B, int seq, int H, int KV,
+                      int d) override {
+    ZINF_RETURN_IF_ERROR(CheckHeads("RopeBackward", B, seq, H, KV, d));
+    ops::RopeBackward(dqkv, cos, sin, B, seq, H, KV, d, o_);
+    return Status::Ok();
+  }
+  size_t CausalAttentionScratchElems(int B, int seq, int H, int KV, int d) const override {
+    return ops::CausalAttentionScratchElems(B, seq, KV);
+  }
+  Status CausalAttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int seq,
+                                int H, int KV, int d) override {
+    ZINF_RETURN_IF_ERROR(CheckHeads("CausalAttentionForward", B, seq, H, KV, d));
+    ops::CausalAttentionForward(out, att, qkv, B, seq, H, KV, d, o_);
+    return Status::Ok();
+  }
+  Status CausalAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att,
+                                 int B, int seq, int H, int KV, int d) override {
+    ZINF_RETURN_IF_ERROR(CheckHeads("CausalAttentionBackward", B, seq, H, KV, d));
+    ops::CausalAttentionBackward(dqkv, scratch, dout, qkv, att, B, seq, H, KV, d, o_);
+    return Status::Ok();
+  }
+  Status SwiGluForward(T* out, const T* gu, int N, int I) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("SwiGluForward", {N, I}));
+    ops::SwiGluForward(out, gu, N, I, o_);
+    return Status::Ok();
+  }
+  Status SwiGluBackward(T* dgu, const T* dout, const T* gu, int N, int I) override {
+    ZINF_RETURN_IF_ERROR(CheckShape("SwiGluBackward", {N, I}));
+    ops::SwiGluBackward(dgu, dout, gu, N, I, o_);
+    return Status::Ok();
+  }
   Status Zero(T* x, size_t n) override {
     if (n > 0) std::memset(x, 0, n * sizeof(T));
     return Status::Ok();
@@ -126,6 +194,15 @@ class CpuBackend final : public Backend<T> {
   bool RunsOnCallingThread() const override { return true; }
 
  private:
+  static Status CheckHeads(const char* op, int B, int seq, int H, int KV, int d) {
+    ZINF_RETURN_IF_ERROR(CheckShape(op, {B, seq, H, KV, d}));
+    if (H % KV != 0 || d % 2 != 0) {
+      return InvalidArgument(fmt::format("{}: {} heads are not a multiple of {} key/value heads, "
+                                         "or head_dim {} is odd", op, H, KV, d));
+    }
+    return Status::Ok();
+  }
+
   ops::OpOptions o_;
   std::vector<T> dloss_;  // (N) the per-row loss gradient the CPU op takes
 };

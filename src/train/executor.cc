@@ -18,7 +18,7 @@ namespace zinf::train {
 
 using namespace detail;  // NOLINT: the executor's own helpers
 
-uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t align) {
+uint64_t PinnedBytesWanted(const Model& d, const ExecutorOptions& o, uint64_t align) {
   auto page = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
   auto pad = [&](uint64_t b) { return page((b + align - 1) / align * align); };
   const uint64_t max_n = d.MaxUnitParams();
@@ -62,9 +62,9 @@ uint64_t PinnedBytesWanted(const GptDims& d, const ExecutorOptions& o, uint64_t 
   return total;
 }
 
-LayerExecutor::LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, const GptDims& d,
+LayerExecutor::LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, const Model& d,
                              const ExecutorOptions& o)
-    : rt_(rt), be_(be), compute_(s), dims_(d), options_(o) {}
+    : rt_(rt), be_(be), compute_(s), model_(d), options_(o) {}
 
 LayerExecutor::~LayerExecutor() {
   FinishOptimizerStep().IgnoreError();
@@ -84,28 +84,33 @@ LayerExecutor::~LayerExecutor() {
 
 Result<std::unique_ptr<LayerExecutor>> LayerExecutor::Create(OffloadRuntime& rt,
                                                              Backend<float>& be, Stream* compute,
-                                                             const GptDims& dims,
+                                                             const Model& model,
                                                              const ExecutorOptions& options) {
   if (options.param16_type != kernels::DType::kBf16 && options.param16_type != kernels::DType::kF16) {
     return InvalidArgument("the working copy of the weights must be bf16 or fp16");
   }
   if (options.batch < 1) return InvalidArgument("micro-batch size must be >= 1");
-  if (options.seq < 0 || options.seq > dims.seq) {
+  if (!model.is_gpt() && !be.HasLlamaOps()) {
+    return Unimplemented(fmt::format("zinf.model.arch \"llama\": the {} backend has no "
+                                     "Llama-family ops yet; use the CPU backend (--device host)",
+                                     be.name()));
+  }
+  if (options.seq < 0 || options.seq > model.seq()) {
     return InvalidArgument(fmt::format("sequence length {}: expected 1..{} (zinf.model.seq_len)",
-                                       options.seq, dims.seq));
+                                       options.seq, model.seq()));
   }
   if ((options.optimizer_on_nvme || options.params_on_nvme) && rt.swap == nullptr) {
     return FailedPrecondition("NVMe offload asked for but the runtime has no swap space");
   }
-  std::unique_ptr<LayerExecutor> e(new LayerExecutor(rt, be, compute, dims, options));
+  std::unique_ptr<LayerExecutor> e(new LayerExecutor(rt, be, compute, model, options));
   e->batch_ = options.batch;
-  e->seq_ = options.seq == 0 ? dims.seq : options.seq;
+  e->seq_ = options.seq == 0 ? model.seq() : options.seq;
   ZINF_RETURN_IF_ERROR(e->Setup());
   return e;
 }
 
 LayerExecutor::Chunk LayerExecutor::ChunkOf(uint32_t unit) const {
-  const uint64_t n = dims_.UnitParams(unit);
+  const uint64_t n = model_.UnitParams(unit);
   if (!partitioned_) return {0, n, n};
   // The checkpoint format's rule (a checkpoint's parts are these chunks).
   const ckpt::UnitChunk c = ckpt::ChunkOfUnit(n, static_cast<uint32_t>(options_.comm->world()),
@@ -117,7 +122,7 @@ uint64_t LayerExecutor::StateElems(uint32_t unit) const { return ChunkOf(unit).l
 
 uint64_t LayerExecutor::MaxStateElems() const {
   uint64_t m = 0;
-  for (uint32_t u = 0; u < dims_.units(); ++u) m = std::max(m, StateElems(u));
+  for (uint32_t u = 0; u < model_.units(); ++u) m = std::max(m, StateElems(u));
   return m;
 }
 
@@ -166,7 +171,7 @@ bool LayerExecutor::AnyStateInMemory() const {
 
 uint64_t LayerExecutor::StateBytesInMemory() const {
   uint64_t b = 0;
-  for (uint32_t u = 0; u < dims_.units(); ++u) {
+  for (uint32_t u = 0; u < model_.units(); ++u) {
     if (StateOnNvme(u)) continue;
     for (int r = 0; r < offload::kStateRoles; ++r) b += StateBytes(u, r);
   }
@@ -175,7 +180,7 @@ uint64_t LayerExecutor::StateBytesInMemory() const {
 
 uint64_t LayerExecutor::StateBytesOnNvme() const {
   uint64_t b = 0;
-  for (uint32_t u = 0; u < dims_.units(); ++u) {
+  for (uint32_t u = 0; u < model_.units(); ++u) {
     if (!StateOnNvme(u)) continue;
     for (int r = 0; r < offload::kStateRoles; ++r) b += StateBytes(u, r);
   }
@@ -184,7 +189,7 @@ uint64_t LayerExecutor::StateBytesOnNvme() const {
 
 uint64_t LayerExecutor::StateParams() const {
   uint64_t n = 0;
-  for (uint32_t u = 0; u < dims_.units(); ++u) n += StateElems(u);
+  for (uint32_t u = 0; u < model_.units(); ++u) n += StateElems(u);
   return n;
 }
 
@@ -192,13 +197,13 @@ Status LayerExecutor::Setup() {
   partitioned_ = options_.partition_optimizer && ReducesGrads();
   partitioned_grads_ = partitioned_ && options_.partition_grads;
   partitioned_params_ = partitioned_grads_ && options_.partition_params;
-  in_memory_.assign(dims_.units(), 1);
+  in_memory_.assign(model_.units(), 1);
   if (options_.optimizer_on_nvme) {
-    if (options_.state_in_memory.size() > dims_.units()) {
+    if (options_.state_in_memory.size() > model_.units()) {
       return InvalidArgument(fmt::format("state_in_memory names {} units; the model has {}",
-                                         options_.state_in_memory.size(), dims_.units()));
+                                         options_.state_in_memory.size(), model_.units()));
     }
-    for (uint32_t u = 0; u < dims_.units(); ++u) {
+    for (uint32_t u = 0; u < model_.units(); ++u) {
       in_memory_[u] = u < options_.state_in_memory.size() && options_.state_in_memory[u] ? 1 : 0;
     }
   }
@@ -232,12 +237,12 @@ Status LayerExecutor::Setup() {
     };
   }
   if (partitioned_) {
-    for (uint32_t u = 0; u < dims_.units(); ++u) {
+    for (uint32_t u = 0; u < model_.units(); ++u) {
       if (ChunkOf(u).len == 0) {
         return InvalidArgument(fmt::format(
             "{} has {} parameters: too few to give each of {} ranks a part of its optimizer "
-            "state (ZeRO-1); use fewer ranks or stage 0", dims_.UnitName(u),
-            dims_.UnitParams(u), options_.comm->world()));
+            "state (ZeRO-1); use fewer ranks or stage 0", model_.UnitName(u),
+            model_.UnitParams(u), options_.comm->world()));
       }
     }
   }
@@ -249,11 +254,11 @@ Status LayerExecutor::Setup() {
     }
     ZINF_ASSIGN_OR_RETURN(gather_copy_, rt_.device->CreateStream("gathered units to device"));
   }
-  uint64_t max_n = dims_.MaxUnitParams();
+  uint64_t max_n = model_.MaxUnitParams();
   // ZeRO-2 stages a unit's gradient padded to world equal chunks.
   uint64_t max_staged = max_n;
   if (partitioned_grads_) {
-    for (uint32_t u = 0; u < dims_.units(); ++u)
+    for (uint32_t u = 0; u < model_.units(); ++u)
       max_staged = std::max<uint64_t>(
           max_staged, ChunkOf(u).per * static_cast<uint64_t>(options_.comm->world()));
   }
@@ -313,7 +318,7 @@ Status LayerExecutor::CheckPinnedBudget() const {
   // the least the tier manager's host slots need (for each size of shard, the leases held at
   // once and one copy in transfer).
   const offload::PinnedPool& pool = *rt_.pool;
-  const uint64_t max_n = dims_.MaxUnitParams();
+  const uint64_t max_n = model_.MaxUnitParams();
   const uint64_t homed = pool.bytes_in_use();
   const uint64_t slabs =
       options_.optimizer_on_nvme
@@ -348,8 +353,8 @@ Status LayerExecutor::RegisterShards() {
   offload::TierManager& tm = *rt_.tiers;
   const bool p16_nvme = options_.params_on_nvme || options_.optimizer_on_nvme;
   const bool grad_nvme = rt_.swap != nullptr;
-  for (uint32_t u = 0; u < dims_.units(); ++u) {
-    const uint64_t n = dims_.UnitParams(u);
+  for (uint32_t u = 0; u < model_.units(); ++u) {
+    const uint64_t n = model_.UnitParams(u);
     // The optimizer state's elements (this rank's chunk with ZeRO-1) and the gradient's (the
     // unit, padded to world equal chunks with ZeRO-1: reduce-scattered in place).
     const Chunk chunk = ChunkOf(u);
@@ -389,7 +394,7 @@ Status LayerExecutor::RegisterShards() {
       if (!(partitioned_ && options_.optimizer_on_nvme)) ou.param16 = p16_home;
       else if (partitioned_params_) ou.param16 = {p16_home.offset, Param16Bytes(sn)};
     }
-    offload::ShardSpec p{.name = dims_.UnitName(u) + ".param16", .unit = u,
+    offload::ShardSpec p{.name = model_.UnitName(u) + ".param16", .unit = u,
                          .role = offload::Role::kParam16, .bytes = Param16Bytes(pn),
                          .home = p16_nvme ? Tier::kNvme : Tier::kHost};
     if (p16_nvme) p.home_extent = p16_home;
@@ -408,7 +413,7 @@ Status LayerExecutor::RegisterShards() {
     }
     ZINF_ASSIGN_OR_RETURN(offload::ShardId pid, tm.Register(p));
     ZINF_ASSIGN_OR_RETURN(offload::ShardId gid,
-                          tm.Register({.name = dims_.UnitName(u) + ".grad", .unit = u,
+                          tm.Register({.name = model_.UnitName(u) + ".grad", .unit = u,
                                        .role = offload::Role::kGrad, .bytes = GradBytes(gn),
                                        .home = grad_nvme ? Tier::kNvme : Tier::kHost}));
     p16_.push_back(pid);
@@ -419,10 +424,10 @@ Status LayerExecutor::RegisterShards() {
   }
   // The 16-bit copy of a unit's new weights, where no slab takes it (state in memory; across
   // ranks, whose slabs hold chunks): 2 bytes a parameter of the largest unit.
-  if (AnyStateInMemory() || partitioned_) p16_staging_.resize(dims_.MaxUnitParams());
+  if (AnyStateInMemory() || partitioned_) p16_staging_.resize(model_.MaxUnitParams());
   // Units in memory ride the pipeline with their arrays (when there is one: NVMe state).
   if (options_.optimizer_on_nvme) {
-    for (uint32_t u = 0; u < dims_.units(); ++u) {
+    for (uint32_t u = 0; u < model_.units(); ++u) {
       if (!StateOnNvme(u)) {
         opt_units_[u].in_memory = {master_[u].data(), exp_avg_[u].data(), exp_avg_sq_[u].data()};
       }
@@ -430,10 +435,10 @@ Status LayerExecutor::RegisterShards() {
   }
   if (partitioned_) {
     uint64_t most = 0;
-    for (uint32_t u = 0; u < dims_.units(); ++u) most = std::max(most, ChunkOf(u).per);
+    for (uint32_t u = 0; u < model_.units(); ++u) most = std::max(most, ChunkOf(u).per);
     gather16_.resize(most * static_cast<uint64_t>(options_.comm->world()));
   }
-  const uint32_t units = dims_.units();
+  const uint32_t units = model_.units();
   state_ext_.resize(1);
   for (uint32_t u = 0; u < units; ++u) {
     all_units_.push_back(u);
@@ -471,15 +476,16 @@ struct DevicePart {
 };
 
 // The executor's device buffers in the order AllocateDevice carves them (ptr null: sizing only).
-std::vector<DevicePart> DeviceParts(const GptDims& d, int B, int T, uint64_t att,
+// scratch: the layer scratch (Model::LayerScratchElems).
+std::vector<DevicePart> DeviceParts(const Model& d, int B, int T, uint64_t scratch,
                                     std::array<float**, 9> ptrs = {}) {
-  const uint64_t N = static_cast<uint64_t>(B) * T, NC = N * d.C;
+  const uint64_t N = static_cast<uint64_t>(B) * T, NC = N * d.width();
   return {
-      {ptrs[0], NC * (d.L + 1)},
-      {ptrs[1], BlockActsElems(d, B, T)},
-      {ptrs[2], HeadActsElems(d, B, T)},
+      {ptrs[0], NC * (d.layers() + 1)},
+      {ptrs[1], d.LayerActsElems(B, T)},
+      {ptrs[2], d.HeadActsElems(B, T)},
       {ptrs[3], NC},
-      {ptrs[4], BlockGradScratchElems(d, B, T, att)},
+      {ptrs[4], scratch},
       {ptrs[5], d.MaxUnitParams()},
       {ptrs[6], d.UnitParams(0)},
       {ptrs[7], d.MaxUnitParams()},
@@ -491,22 +497,22 @@ uint64_t Round256(uint64_t b) { return (b + 255) / 256 * 256; }
 
 }  // namespace
 
-uint64_t DeviceBufferBytes(const GptDims& d, int B, int T, uint64_t attention_scratch,
+uint64_t DeviceBufferBytes(const Model& d, int B, int T, uint64_t layer_scratch,
                            uint64_t gathered_elems) {
   const uint64_t N = static_cast<uint64_t>(B) * T;
   const uint64_t token_floats = 2 * N;  // tokens and targets, int32 each
   // One unit's 16-bit gradient for the hand-over; ZeRO-3: a gathered unit's 16-bit weights.
   uint64_t total = token_floats * 4 + Round256(2 * d.MaxUnitParams()) +
                    (gathered_elems > 0 ? Round256(Param16Bytes(gathered_elems)) : 0);
-  for (const DevicePart& p : DeviceParts(d, B, T, attention_scratch)) total += Round256(p.elems * 4);
+  for (const DevicePart& p : DeviceParts(d, B, T, layer_scratch)) total += Round256(p.elems * 4);
   return total;
 }
 
 Status LayerExecutor::AllocateDevice() {
-  const GptDims& d = dims_;
+  const Model& d = model_;
   const int B = batch_, T = seq_;
   const uint64_t N = static_cast<uint64_t>(B) * T;
-  const uint64_t att = be_.AttentionScratchElems(B, T, d.C, d.NH);
+  const uint64_t att = d.LayerScratchElems(be_, B, T);
   const uint64_t token_floats = 2 * N;  // tokens and targets, int32 each
   const std::vector<DevicePart> parts = DeviceParts(
       d, B, T, att, {&xs_, &acts_, &head_, &dres_, &scratch_, &wbuf_, &wemb_, &gbuf_, &gemb_});

@@ -58,7 +58,7 @@
 #include "src/comm/communicator.h"
 #include "src/runtime/offload_runtime.h"
 #include "src/train/backend.h"
-#include "src/train/gpt.h"
+#include "src/train/model.h"
 
 namespace zinf::train {
 
@@ -211,26 +211,26 @@ struct ProfileBounds {
 // staging, and a host copy of every shard (16-bit weights and gradients), each padded to `align`
 // (the swap file's O_DIRECT alignment) and to pages, so that nothing is evicted from the host
 // tier. The automatic pinned budget is this, capped by what the machine allows.
-uint64_t PinnedBytesWanted(const GptDims& dims, const ExecutorOptions& options,
+uint64_t PinnedBytesWanted(const Model& model, const ExecutorOptions& options,
                            uint64_t align = 4096);
 
 // The device bytes the executor's own buffers take for a micro-batch of B x T tokens (tokens,
 // activations, scratch, one unit's fp32 weights and gradients, the hand-over's 16-bit gradient
 // and, ZeRO-3 across ranks, `gathered_elems` 16-bit weights of a gathered unit), each block
-// rounded to 256 bytes. `attention_scratch` is the backend's AttentionScratchElems. What the
+// rounded to 256 bytes. `layer_scratch` is Model::LayerScratchElems for the backend. What the
 // device budget has beyond these (and the backend's own) holds the tier manager's 16-bit weights.
-uint64_t DeviceBufferBytes(const GptDims& dims, int B, int T, uint64_t attention_scratch,
+uint64_t DeviceBufferBytes(const Model& model, int B, int T, uint64_t layer_scratch,
                            uint64_t gathered_elems = 0);
 
 class LayerExecutor {
  public:
   // `compute` is the stream the backend runs on (its native handle on CUDA).
   static Result<std::unique_ptr<LayerExecutor>> Create(OffloadRuntime& rt, Backend<float>& be,
-                                                       Stream* compute, const GptDims& dims,
+                                                       Stream* compute, const Model& model,
                                                        const ExecutorOptions& options);
   ~LayerExecutor();
 
-  const GptDims& dims() const { return dims_; }
+  const Model& model() const { return model_; }
   int batch() const { return batch_; }
   int seq() const { return seq_; }
 
@@ -343,7 +343,7 @@ class LayerExecutor {
 
  private:
   struct Buffers;
-  LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, const GptDims& d,
+  LayerExecutor(OffloadRuntime& rt, Backend<float>& be, Stream* s, const Model& d,
                 const ExecutorOptions& o);
   Status Setup();
   Status RegisterShards();
@@ -472,7 +472,7 @@ class LayerExecutor {
   OffloadRuntime& rt_;
   Backend<float>& be_;
   Stream* compute_;
-  GptDims dims_;
+  Model model_;
   ExecutorOptions options_;
   int batch_ = 1, seq_ = 1;
 

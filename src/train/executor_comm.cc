@@ -21,7 +21,7 @@ bool LayerExecutor::ReducesGrads() const {
 
 Result<bool> LayerExecutor::ReduceUnitGrad(uint32_t unit, double* sum_squares) {
   offload::TierManager& tm = *rt_.tiers;
-  const uint64_t n = dims_.UnitParams(unit);
+  const uint64_t n = model_.UnitParams(unit);
   ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[unit], Tier::kHost));
   auto g = lease.Wait();
   if (!g.ok()) {
@@ -50,7 +50,7 @@ Result<bool> LayerExecutor::ReduceUnitGrad(uint32_t unit, double* sum_squares) {
     // The copy holds a partial sum now: dirty (so it is never taken for its home's value) and
     // discarded with the step.
     tm.Release(std::move(lease), true).IgnoreError();
-    return s.WithContext(fmt::format("all-reducing the gradients of {}", dims_.UnitName(unit)));
+    return s.WithContext(fmt::format("all-reducing the gradients of {}", model_.UnitName(unit)));
   }
   // The same bits on every rank, so the same Σ g² (summed as the accumulator sums a shard's)
   // and the same verdict: a float's square never overflows a double, so the sum is finite
@@ -79,10 +79,10 @@ Result<bool> LayerExecutor::ReduceAllGrads() {
   double ss = 0;
   bool finite = true;
   // Backward order (the head, the blocks from the last, the embedding), as the hand-overs ran.
-  const uint32_t fin = dims_.final_unit();
+  const uint32_t fin = model_.final_unit();
   ZINF_ASSIGN_OR_RETURN(bool f, ReduceUnitGrad(fin, &ss));
   finite = finite && f;
-  for (int l = dims_.L - 1; l >= 0; --l) {
+  for (int l = model_.layers() - 1; l >= 0; --l) {
     ZINF_ASSIGN_OR_RETURN(f, ReduceUnitGrad(static_cast<uint32_t>(l + 1), &ss));
     finite = finite && f;
   }
@@ -140,7 +140,7 @@ Status LayerExecutor::GatherParam16(uint32_t unit, const void* chunk16) {
   const auto t0 = Clock::now();
   ZINF_RETURN_IF_ERROR(
       options_.comm->AllGather(own, gather16_.data(), c.per, comm::DType::kBf16).Wait()
-          .WithContext(fmt::format("all-gathering the new weights of {}", dims_.UnitName(unit))));
+          .WithContext(fmt::format("all-gathering the new weights of {}", model_.UnitName(unit))));
   stats_.comm_seconds += Since(t0);
   return rt_.tiers->WriteHome(p16_[unit], gather16_.data());
 }
@@ -243,7 +243,7 @@ Status LayerExecutor::DropGather() {
 
 Status LayerExecutor::FetchGathered(uint32_t unit, float* dst, int next) {
   Device& dev = *rt_.device;
-  const uint64_t n = dims_.UnitParams(unit);
+  const uint64_t n = model_.UnitParams(unit);
   const auto t0 = Clock::now();
   // A gather started for another unit (a pass that ended early: evaluation, the profile) is
   // finished on every rank alike and dropped.
@@ -252,7 +252,7 @@ Status LayerExecutor::FetchGathered(uint32_t unit, float* dst, int next) {
   const int b = pending_gather_.buffer;
   pending_gather_.active = false;
   Status s = pending_gather_.work.Wait().WithContext(
-      fmt::format("all-gathering the weights of {} (ZeRO-3)", dims_.UnitName(unit)));
+      fmt::format("all-gathering the weights of {} (ZeRO-3)", model_.UnitName(unit)));
   const double waited = Since(t0);
   stats_.comm_seconds += waited;
   ZINF_RETURN_IF_ERROR(rt_.tiers->Release(std::move(pending_gather_.lease), false));

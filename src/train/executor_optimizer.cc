@@ -46,8 +46,8 @@ Status LayerExecutor::ReadNvme(const offload::Extent& e, void* dst, uint64_t byt
 Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   ZINF_RETURN_IF_ERROR(WaitStateHold());  // a checkpoint may still be writing the arrays
-  if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
-  const uint64_t n = dims_.UnitParams(unit);
+  if (unit >= model_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
+  const uint64_t n = model_.UnitParams(unit);
   // The state holds this rank's chunk of the unit (all of it but with ZeRO-1).
   const Chunk c = ChunkOf(unit);
   const float* mine = master + c.lo;
@@ -94,8 +94,8 @@ Status LayerExecutor::SetUnitWeights(uint32_t unit, const float* master) {
 
 Status LayerExecutor::GetUnitWeights(uint32_t unit, float* master) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
-  if (unit >= dims_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
-  const uint64_t n = dims_.UnitParams(unit);
+  if (unit >= model_.units()) return InvalidArgument(fmt::format("unit {} out of range", unit));
+  const uint64_t n = model_.UnitParams(unit);
   if (!partitioned_) {
     if (StateOnNvme(unit)) {
       return ReadNvme(StateExtent(unit, offload::kMasterState), master, 4 * n);
@@ -123,14 +123,14 @@ Status LayerExecutor::InitWeights(uint64_t seed) {
   // Across ranks (ZeRO-1 and up) a rank keeps a chunk of each unit, in memory or on NVMe, and
   // the pipeline's slabs hold a chunk: the whole unit is generated in a scratch buffer of one
   // unit (4 bytes a parameter of the largest unit, outside the budgets).
-  std::vector<float> scratch(partitioned_ ? dims_.MaxUnitParams() : 0);
-  for (uint32_t u = 0; u < dims_.units(); ++u) {
+  std::vector<float> scratch(partitioned_ ? model_.MaxUnitParams() : 0);
+  for (uint32_t u = 0; u < model_.units(); ++u) {
     // Otherwise generated where SetUnitWeights reads it from: no buffer outside the budgets.
     float* w = partitioned_     ? scratch.data()
                : StateOnNvme(u) ? reinterpret_cast<float*>(BounceBuffer())
                                 : master_[u].data();
     if (w == master_[u].data()) BeginMasterWrite(u);
-    InitUnit(dims_, u, seed, w);
+    model_.InitUnit(u, seed, w);
     ZINF_RETURN_IF_ERROR(SetUnitWeights(u, w));
   }
   return Status::Ok();
@@ -237,7 +237,7 @@ Status LayerExecutor::StepUnitInMemory(uint32_t u, const kernels::AdamHyper& hyp
                                        offload::AcquireMode grad_mode,
                                        offload::OptimizerStepStats* st) {
   offload::TierManager& tm = *rt_.tiers;
-  const uint64_t n = dims_.UnitParams(u);
+  const uint64_t n = model_.UnitParams(u);
   ZINF_ASSIGN_OR_RETURN(offload::Lease lease, tm.Acquire(grad_[u], Tier::kHost, grad_mode));
   auto g = lease.Wait();
   if (!g.ok()) {
@@ -303,7 +303,7 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
     // ZeRO-1/2 (ZeRO-3 without the pipeline or async_optimizer): each unit's chunk, then the
     // gather of its new 16-bit weights (ZeRO-3: its shard written home), in unit order on
     // every rank.
-    for (uint32_t u = 0; u < dims_.units(); ++u) {
+    for (uint32_t u = 0; u < model_.units(); ++u) {
       ZINF_RETURN_IF_ERROR(StepChunk(u, hyper, &st));
       ZINF_RETURN_IF_ERROR(tm.Discard(grad_[u]));
     }
@@ -341,7 +341,7 @@ Result<offload::OptimizerStepStats> LayerExecutor::OptimizerStep(const kernels::
     stats_.optimizer_bytes_read += st.bytes_read;
     stats_.optimizer_bytes_written += st.bytes_written;
   } else {
-    for (uint32_t u = 0; u < dims_.units(); ++u) ZINF_RETURN_IF_ERROR(StepUnit(u, hyper, &st));
+    for (uint32_t u = 0; u < model_.units(); ++u) ZINF_RETURN_IF_ERROR(StepUnit(u, hyper, &st));
   }
   stats_.adam_seconds += st.adam_seconds;
   return st;
@@ -364,9 +364,9 @@ Status LayerExecutor::StartAsyncStep(std::vector<uint32_t> order, bool gated) {
   gates_opened_ = 0;
   {
     std::lock_guard lock(opt_mu_);
-    unit_written_.assign(dims_.units(), 0);
-    gate_open_.assign(dims_.units(), gated ? 0 : 1);
-    gate_outs_.assign(dims_.units(), {});
+    unit_written_.assign(model_.units(), 0);
+    gate_open_.assign(model_.units(), gated ? 0 : 1);
+    gate_outs_.assign(model_.units(), {});
     gate_abort_ = false;
   }
   // Each unit's new param16 goes into the host tier as soon as its Adam is done (when there
@@ -408,7 +408,7 @@ Status LayerExecutor::StartAsyncStep(std::vector<uint32_t> order, bool gated) {
     return Aborted(fmt::format("the optimizer step of {} was stopped before its Adam: its "
                                "gradients were never final (the backward or the step that "
                                "produces them failed or was skipped)",
-                               dims_.UnitName(u)));
+                               model_.UnitName(u)));
   };
   // The prefetcher leaves the 16-bit weights alone until each unit's new ones are known
   // (installed or written): reading the old ones now would be wasted, and would keep the
@@ -449,7 +449,7 @@ Status LayerExecutor::StartAsyncStep(std::vector<uint32_t> order, bool gated) {
 
 bool LayerExecutor::CanStepMemoryAsync() const {
   if (pipeline_ != nullptr || !options_.async_optimizer || partitioned_) return false;
-  for (uint32_t u = 0; u < dims_.units(); ++u) {
+  for (uint32_t u = 0; u < model_.units(); ++u) {
     // The new 16-bit weights go home in place, or (derived) the old copies are dropped.
     if (StateOnNvme(u) || (rt_.tiers->spec(p16_[u]).home != Tier::kHost && !Param16Derived(u))) {
       return false;
@@ -464,8 +464,8 @@ Status LayerExecutor::StartAsyncMemoryStep() {
   gates_opened_ = 0;
   {
     std::lock_guard lock(opt_mu_);
-    unit_written_.assign(dims_.units(), 0);
-    gate_open_.assign(dims_.units(), 1);
+    unit_written_.assign(model_.units(), 0);
+    gate_open_.assign(model_.units(), 1);
     gate_abort_ = false;
   }
   // The prefetcher leaves the old weights alone: each unit's new ones replace them in place.

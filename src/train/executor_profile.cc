@@ -18,41 +18,37 @@ using namespace detail;  // NOLINT: the executor's own helpers
 Result<ProfileBounds> LayerExecutor::MeasureBounds(const int32_t* tokens, const int32_t* targets,
                                                    uint64_t micro_batches) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
-  const GptDims& d = dims_;
-  const int B = batch_, T = seq_;
-  const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
+  const Model& d = model_;
+  const int B = batch_, T = seq_, L = d.layers();
+  const uint64_t NC = static_cast<uint64_t>(B) * T * d.width();
   ProfileBounds b;
   // Compute alone: the same ops as ForwardBackward, no fetches, no gradient hand-over.
   ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
   ZINF_RETURN_IF_ERROR(FetchWeights(0, wemb_));
-  ZINF_RETURN_IF_ERROR(FetchWeights(d.L > 0 ? 1 : d.final_unit(), wbuf_));
-  const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
-  const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
+  ZINF_RETURN_IF_ERROR(FetchWeights(L > 0 ? 1 : d.final_unit(), wbuf_));
   auto time_compute = [&]() -> Result<double> {
     auto t0 = Clock::now();
     for (uint64_t m = 0; m < micro_batches; ++m) {
-      const BlockView<const float> w = ViewBlock<const float>(wbuf_, d);
-      ZINF_RETURN_IF_ERROR(EmbeddingForward<float>(be_, d, ViewEmbedding<const float>(wemb_, d),
-                                                   d_tokens_, xs_, B, T));
-      for (int l = 0; l < d.L; ++l) {
-        ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, w, xs_ + NC * l, xs_ + NC * (l + 1), a,
-                                                 scratch_, B, T));
+      ZINF_RETURN_IF_ERROR(d.EmbeddingForward<float>(be_, wemb_, d_tokens_, xs_, B, T));
+      for (int l = 0; l < L; ++l) {
+        ZINF_RETURN_IF_ERROR(d.LayerForward<float>(be_, wbuf_, xs_ + NC * l, xs_ + NC * (l + 1),
+                                                   acts_, scratch_, B, T));
       }
-      ZINF_RETURN_IF_ERROR(HeadForward<float>(be_, d, ViewFinal<const float>(wbuf_, d), wemb_,
-                                              xs_ + NC * d.L, d_targets_, h, B, T));
+      // wbuf_ (a layer's weights, in a buffer of the largest unit's size) stands in for the
+      // final unit's: the time is the same whatever the values.
+      ZINF_RETURN_IF_ERROR(d.HeadForward<float>(be_, wbuf_, wemb_, xs_ + NC * L, d_targets_,
+                                                head_, B, T));
       ZINF_RETURN_IF_ERROR(be_.Zero(gemb_, d.UnitParams(0)));
-      ZINF_RETURN_IF_ERROR(HeadBackward<float>(be_, d, ViewFinal<const float>(wbuf_, d),
-                                               ViewFinal(gbuf_, d), wemb_, gemb_, xs_ + NC * d.L,
-                                               d_targets_, h, dres_, 1.0f, B, T));
-      for (int l = d.L - 1; l >= 0; --l) {
-        ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, w, xs_ + NC * l, xs_ + NC * (l + 1), a,
-                                                 scratch_, B, T));
-        ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(d.L > 0 ? 1 : 0)));
-        ZINF_RETURN_IF_ERROR(BlockBackward<float>(be_, d, w, ViewBlock(gbuf_, d), xs_ + NC * l, a,
-                                                  dres_, scratch_, B, T));
+      ZINF_RETURN_IF_ERROR(d.HeadBackward<float>(be_, wbuf_, gbuf_, wemb_, gemb_, xs_ + NC * L,
+                                                 d_targets_, head_, dres_, 1.0f, B, T));
+      for (int l = L - 1; l >= 0; --l) {
+        ZINF_RETURN_IF_ERROR(d.LayerForward<float>(be_, wbuf_, xs_ + NC * l, xs_ + NC * (l + 1),
+                                                   acts_, scratch_, B, T));
+        ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(L > 0 ? 1 : 0)));
+        ZINF_RETURN_IF_ERROR(d.LayerBackward<float>(be_, wbuf_, gbuf_, xs_ + NC * l, acts_, dres_,
+                                                    scratch_, B, T));
       }
-      ZINF_RETURN_IF_ERROR(EmbeddingBackward<float>(be_, d, ViewEmbedding(gemb_, d), d_tokens_,
-                                                    dres_, B, T));
+      ZINF_RETURN_IF_ERROR(d.EmbeddingBackward<float>(be_, gemb_, d_tokens_, dres_, B, T));
       ZINF_RETURN_IF_ERROR(be_.Synchronize());
     }
     return Since(t0);
@@ -126,12 +122,12 @@ Result<double> LayerExecutor::TimeCollectives(uint64_t micro_batches) {
   comm::Communicator& c = *options_.comm;
   const auto w = static_cast<uint64_t>(c.world());
   uint64_t most = 0;
-  for (uint32_t u = 0; u < dims_.units(); ++u) most = std::max(most, ChunkOf(u).per);
+  for (uint32_t u = 0; u < model_.units(); ++u) most = std::max(most, ChunkOf(u).per);
   // Scratch of the largest unit padded to world chunks: fp32 in, fp32 out, 16-bit gathered.
-  std::vector<float> in(std::max(most * w, dims_.MaxUnitParams()), 1.0f), out(in.size());
+  std::vector<float> in(std::max(most * w, model_.MaxUnitParams()), 1.0f), out(in.size());
   std::vector<uint16_t> in16(in.size(), 0x3f80), all16(in.size());
   auto pass = [&]() -> Status {
-    const uint32_t units = dims_.units();
+    const uint32_t units = model_.units();
     auto gather = [&](uint32_t u) {
       const Chunk ch = ChunkOf(u);
       return c.AllGather(in16.data() + ch.lo, all16.data(), ch.per, comm::DType::kBf16).Wait();
@@ -140,7 +136,7 @@ Result<double> LayerExecutor::TimeCollectives(uint64_t micro_batches) {
       const Chunk ch = ChunkOf(u);
       if (!partitioned_) {  // stage 0
         ZINF_RETURN_IF_ERROR(c.AllReduce(in.data(), comm::DType::kF32, out.data(),
-                                         comm::DType::kF32, dims_.UnitParams(u))
+                                         comm::DType::kF32, model_.UnitParams(u))
                                  .Wait());
       } else if (!partitioned_grads_) {  // ZeRO-1
         ZINF_RETURN_IF_ERROR(c.ReduceScatter(in.data(), comm::DType::kF32, out.data(),
@@ -151,7 +147,8 @@ Result<double> LayerExecutor::TimeCollectives(uint64_t micro_batches) {
         for (uint64_t m = 0; m < micro_batches; ++m) {
           if (partitioned_params_) {
             ZINF_RETURN_IF_ERROR(gather(u));  // forward
-            if (u >= 1 && u <= static_cast<uint32_t>(dims_.L)) ZINF_RETURN_IF_ERROR(gather(u));
+            const bool layer = u >= 1 && u <= static_cast<uint32_t>(model_.layers());
+            if (layer) ZINF_RETURN_IF_ERROR(gather(u));  // recompute
           }
           ZINF_RETURN_IF_ERROR(c.ReduceScatter(in16.data(), comm::DType::kBf16, out.data(),
                                                comm::DType::kF32, ch.per)

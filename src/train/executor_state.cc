@@ -54,7 +54,7 @@ Result<int> LayerExecutor::WriteGeneration(uint32_t unit) const {
   return FailedPrecondition(fmt::format(
       "optimizer state of unit {} ({}): checkpoints name all {} generations of it in the swap "
       "file, and a step must write one they do not (zinf.checkpoint.keep + 1 are kept)",
-      unit, dims_.UnitName(unit), gens));
+      unit, model_.UnitName(unit), gens));
 }
 
 Result<bool> LayerExecutor::TakeUnprotectedGeneration(uint32_t unit) {
@@ -77,9 +77,9 @@ void LayerExecutor::ReleaseCheckpoint(uint64_t id) {
 }
 
 Status LayerExecutor::ProtectCheckpoint(uint64_t id, const std::vector<UnitState>& units) {
-  std::vector<int8_t> gens(dims_.units(), -1);
+  std::vector<int8_t> gens(model_.units(), -1);
   for (const UnitState& s : units) {
-    if (s.unit >= dims_.units()) {
+    if (s.unit >= model_.units()) {
       return InvalidArgument(fmt::format("protect checkpoint {}: unit {} out of range", id, s.unit));
     }
     if (!StateOnNvme(s.unit)) continue;  // in memory here: no extents to keep
@@ -96,7 +96,7 @@ Status LayerExecutor::ProtectCheckpoint(uint64_t id, const std::vector<UnitState
       return InvalidArgument(fmt::format(
           "checkpoint of step {}: unit {} ({}): its master extent (offset {}, {} bytes) is not "
           "where this run keeps that unit's optimizer state", id, s.unit,
-          dims_.UnitName(s.unit), s.extents[0].offset, s.extents[0].bytes));
+          model_.UnitName(s.unit), s.extents[0].offset, s.extents[0].bytes));
     }
     gens[s.unit] = static_cast<int8_t>(gen);
   }
@@ -140,7 +140,7 @@ Status LayerExecutor::SyncState() const {
 
 Result<std::vector<UnitState>> LayerExecutor::TakeCheckpointState(uint64_t id) {
   std::vector<UnitState> out;
-  const uint32_t units = dims_.units();
+  const uint32_t units = model_.units();
   bool any_nvme = false;
   for (uint32_t u = 0; u < units; ++u) any_nvme = any_nvme || StateOnNvme(u);
   if (any_nvme && state_ext_.size() < 2) {
@@ -188,13 +188,13 @@ Status LayerExecutor::StateMismatch(uint32_t u, int role, uint64_t got, uint64_t
   return DataLoss(fmt::format(
       "optimizer state of unit {} ({}), {}: xxHash64 {} where the checkpoint recorded {} "
       "({}): the data is corrupt; nothing was trained on it",
-      u, dims_.UnitName(u), offload::kStateRoleNames[role], Xxh64Hex(got), Xxh64Hex(recorded),
+      u, model_.UnitName(u), offload::kStateRoleNames[role], Xxh64Hex(got), Xxh64Hex(recorded),
       where));
 }
 
 Result<uint16_t*> LayerExecutor::RestoreFromExtents(const UnitState& s, uint64_t id) {
   const uint32_t u = s.unit;
-  const uint32_t count = dims_.units();
+  const uint32_t count = model_.units();
   const uint64_t n = StateElems(u);
   int gen = -1;
   for (int g = 0; g < static_cast<int>(state_ext_.size()) && gen < 0; ++g) {
@@ -210,7 +210,7 @@ Result<uint16_t*> LayerExecutor::RestoreFromExtents(const UnitState& s, uint64_t
         "restore: unit {} ({}): the checkpoint's master extent (offset {}, {} bytes) is not "
         "where this run keeps that unit's optimizer state; the model, the swap file or "
         "zinf.checkpoint settings differ from the run that wrote the checkpoint",
-        u, dims_.UnitName(u), s.extents[0].offset, s.extents[0].bytes));
+        u, model_.UnitName(u), s.extents[0].offset, s.extents[0].bytes));
   }
   cur_gen_[u] = static_cast<uint8_t>(gen);
   {
@@ -242,7 +242,7 @@ Result<uint16_t*> LayerExecutor::RestoreFromExtents(const UnitState& s, uint64_t
 Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
   ZINF_RETURN_IF_ERROR(FinishOptimizerStep());
   ZINF_RETURN_IF_ERROR(WaitStateHold());
-  const uint32_t count = dims_.units();
+  const uint32_t count = model_.units();
   if (s.unit >= count) {
     return InvalidArgument(
         fmt::format("restore: unit {} out of range (the model has {})", s.unit, count));
@@ -253,13 +253,13 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
     return InvalidArgument(
         fmt::format("restore: unit {} ({}) has {} parameters of optimizer state on this rank, "
                     "the state given {}",
-                    u, dims_.UnitName(u), n, s.n));
+                    u, model_.UnitName(u), n, s.n));
   }
   if (s.moment_type != options_.moment_type) {
     return InvalidArgument(fmt::format(
         "restore: unit {} ({}): the state's moments are {} but this run keeps them in {} "
         "(zinf.optimizer_state_dtype); resume with the setting the checkpoint was written with",
-        u, dims_.UnitName(u), kernels::DTypeName(s.moment_type),
+        u, model_.UnitName(u), kernels::DTypeName(s.moment_type),
         kernels::DTypeName(options_.moment_type)));
   }
   auto mismatch = [&](int r, uint64_t got, const std::string& where) {
@@ -271,7 +271,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
     for (int r = 0; r < offload::kStateRoles; ++r) {
       if (s.arrays[r] == nullptr) {
         return InvalidArgument(fmt::format("restore: unit {} ({}): no {} array", u,
-                                           dims_.UnitName(u), offload::kStateRoleNames[r]));
+                                           model_.UnitName(u), offload::kStateRoleNames[r]));
       }
       const uint64_t got = Xxh64(s.arrays[r], StateBytes(u, r));
       if (got != s.hashes[r]) {
@@ -298,7 +298,7 @@ Status LayerExecutor::RestoreUnit(const UnitState& s, uint64_t id) {
         return InvalidArgument(fmt::format(
             "restore: unit {} ({}) names NVMe extents but this run keeps its optimizer state "
             "in memory",
-            u, dims_.UnitName(u)));
+            u, model_.UnitName(u)));
       }
       const uint64_t got = Xxh64(s.arrays[r], StateBytes(u, r));
       if (got != s.hashes[r]) {

@@ -29,7 +29,7 @@ Status LayerExecutor::FetchWeights(uint32_t unit, float* dst, int next) {
   Status s = ready.status();
   if (s.ok()) s = ComputeWaits(ready->event);
   stats_.stall_seconds += Since(t0);
-  if (s.ok()) s = be_.Widen(dst, ready->ptr, options_.param16_type, dims_.UnitParams(unit));
+  if (s.ok()) s = be_.Widen(dst, ready->ptr, options_.param16_type, model_.UnitParams(unit));
   // The copy may be evicted once the widening has read it: its event goes with the release.
   Result<Event> used = s.ok() ? ComputeDone() : Result<Event>(s);
   if (!used.ok()) s = used.status();
@@ -40,11 +40,12 @@ Status LayerExecutor::FetchWeights(uint32_t unit, float* dst, int next) {
 
 Status LayerExecutor::Upload(const int32_t* tokens, const int32_t* targets) {
   const uint64_t N = static_cast<uint64_t>(batch_) * seq_;
+  const int32_t V = model_.vocab();
   for (uint64_t i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= dims_.V || targets[i] < 0 || targets[i] >= dims_.V) {
+    if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V) {
       return InvalidArgument(fmt::format("token {} at position {} is outside the vocabulary 0..{}",
-                                         tokens[i] < 0 || tokens[i] >= dims_.V ? tokens[i] : targets[i],
-                                         i, dims_.V - 1));
+                                         tokens[i] < 0 || tokens[i] >= V ? tokens[i] : targets[i],
+                                         i, V - 1));
     }
   }
   ZINF_RETURN_IF_ERROR(rt_.device->BindCurrentThread());
@@ -59,34 +60,32 @@ Status LayerExecutor::Upload(const int32_t* tokens, const int32_t* targets) {
 }
 
 Result<double> LayerExecutor::ForwardAll(bool backward_follows) {
-  const GptDims& d = dims_;
-  const int B = batch_, T = seq_;
-  const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
-  const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
-  const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
+  const Model& d = model_;
+  const int B = batch_, T = seq_, L = d.layers();
+  const uint64_t NC = static_cast<uint64_t>(B) * T * d.width();
   const int fin = static_cast<int>(d.final_unit());
-  ZINF_RETURN_IF_ERROR(FetchWeights(0, wemb_, d.L > 0 ? 1 : fin));
+  ZINF_RETURN_IF_ERROR(FetchWeights(0, wemb_, L > 0 ? 1 : fin));
   auto t0 = Clock::now();
-  ZINF_RETURN_IF_ERROR(EmbeddingForward<float>(be_, d, ViewEmbedding<const float>(wemb_, d),
-                                               d_tokens_, xs_, B, T));
+  ZINF_RETURN_IF_ERROR(d.EmbeddingForward<float>(be_, wemb_, d_tokens_, xs_, B, T));
   stats_.compute_seconds += Since(t0);
-  for (int l = 0; l < d.L; ++l) {
-    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_, l + 1 < d.L ? l + 2 : fin));
+  for (int l = 0; l < L; ++l) {
+    ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_, l + 1 < L ? l + 2 : fin));
     t0 = Clock::now();
-    ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, ViewBlock<const float>(wbuf_, d),
-                                             xs_ + NC * l, xs_ + NC * (l + 1), a, scratch_, B, T));
+    ZINF_RETURN_IF_ERROR(d.LayerForward<float>(be_, wbuf_, xs_ + NC * l, xs_ + NC * (l + 1),
+                                               acts_, scratch_, B, T));
     stats_.compute_seconds += Since(t0);  // the time to enqueue it on a GPU
   }
   // Backward starts with the last block.
-  ZINF_RETURN_IF_ERROR(FetchWeights(d.final_unit(), wbuf_, backward_follows && d.L > 0 ? d.L : -1));
+  ZINF_RETURN_IF_ERROR(FetchWeights(d.final_unit(), wbuf_, backward_follows && L > 0 ? L : -1));
   t0 = Clock::now();
-  ZINF_RETURN_IF_ERROR(HeadForward<float>(be_, d, ViewFinal<const float>(wbuf_, d), wemb_,
-                                          xs_ + NC * d.L, d_targets_, h, B, T));
+  ZINF_RETURN_IF_ERROR(d.HeadForward<float>(be_, wbuf_, wemb_, xs_ + NC * L, d_targets_, head_,
+                                            B, T));
   // The mean loss, summed on the host in a fixed order.
   const uint64_t N = static_cast<uint64_t>(B) * T;
   float* losses = reinterpret_cast<float*>(static_cast<int32_t*>(host_io_) + 2 * N);
   ZINF_RETURN_IF_ERROR(be_.Synchronize());
-  ZINF_RETURN_IF_ERROR(rt_.device->CopyToHost(compute_, losses, h.losses, 4 * N));
+  ZINF_RETURN_IF_ERROR(
+      rt_.device->CopyToHost(compute_, losses, d.HeadLosses(head_, B, T), 4 * N));
   ZINF_RETURN_IF_ERROR(rt_.device->StreamSynchronize(compute_));
   stats_.compute_seconds += Since(t0);
   double sum = 0;
@@ -97,7 +96,7 @@ Result<double> LayerExecutor::ForwardAll(bool backward_follows) {
 Status LayerExecutor::HandOverGrad(uint32_t unit, const float* grad, float scale, bool first,
                                    bool last) {
   auto t0 = Clock::now();
-  const uint64_t n = dims_.UnitParams(unit);
+  const uint64_t n = model_.UnitParams(unit);
   // The buffer is reused once the copy of the previous unit's gradient has read it.
   ZINF_RETURN_IF_ERROR(ComputeWaits(g16_free_));
   ZINF_RETURN_IF_ERROR(be_.Narrow(g16_, grad, options_.param16_type, n));
@@ -175,9 +174,9 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
     return InvalidArgument("ForwardBackward: an executor made for one micro-batch a step "
                            "(ExecutorOptions::micro_batches) takes first and last together");
   }
-  const GptDims& d = dims_;
-  const int B = batch_, T = seq_;
-  const uint64_t NC = static_cast<uint64_t>(B) * T * d.C;
+  const Model& d = model_;
+  const int B = batch_, T = seq_, L = d.layers();
+  const uint64_t NC = static_cast<uint64_t>(B) * T * d.width();
   ZINF_RETURN_IF_ERROR(Upload(tokens, targets));
   MicroBatchResult r;
   ZINF_ASSIGN_OR_RETURN(r.loss, ForwardAll(/*backward_follows=*/true));
@@ -231,19 +230,16 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
     return StepUnit(unit, *overlap, &r.optimizer);
   };
 
-  const BlockActs<float> a = ViewBlockActs(acts_, d, B, T);
-  const HeadActs<float> h = ViewHeadActs(head_, d, B, T);
   const uint32_t fin = d.final_unit();
   // Head: the final unit's weights are still in wbuf_ from the forward; the embedding's in wemb_.
   auto t0 = Clock::now();
   ZINF_RETURN_IF_ERROR(be_.Zero(gemb_, d.UnitParams(0)));
   ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(fin)));
-  ZINF_RETURN_IF_ERROR(HeadBackward<float>(be_, d, ViewFinal<const float>(wbuf_, d),
-                                           ViewFinal(gbuf_, d), wemb_, gemb_, xs_ + NC * d.L,
-                                           d_targets_, h, dres_, loss_scale, B, T));
+  ZINF_RETURN_IF_ERROR(d.HeadBackward<float>(be_, wbuf_, gbuf_, wemb_, gemb_, xs_ + NC * L,
+                                             d_targets_, head_, dres_, loss_scale, B, T));
   stats_.compute_seconds += Since(t0);
   ZINF_RETURN_IF_ERROR(hand_over(fin, gbuf_));
-  for (int l = d.L - 1; l >= 0; --l) {
+  for (int l = L - 1; l >= 0; --l) {
     if (partitioned_params_) {
       // ZeRO-3: the all-gather below and the accumulator thread's reduce-scatter of the unit
       // just handed over must reach the communicator in the same order on every rank: the
@@ -255,21 +251,19 @@ Result<MicroBatchResult> LayerExecutor::ForwardBackward(const int32_t* tokens,
     }
     ZINF_RETURN_IF_ERROR(FetchWeights(l + 1, wbuf_, l >= 1 ? l : -1));
     t0 = Clock::now();
-    const BlockView<const float> w = ViewBlock<const float>(wbuf_, d);
     // Recompute the block's activations from its checkpointed input (the output lands in the
     // next block's input slot, no longer needed), then its backward.
-    ZINF_RETURN_IF_ERROR(BlockForward<float>(be_, d, w, xs_ + NC * l, xs_ + NC * (l + 1), a,
-                                             scratch_, B, T));
+    ZINF_RETURN_IF_ERROR(d.LayerForward<float>(be_, wbuf_, xs_ + NC * l, xs_ + NC * (l + 1),
+                                               acts_, scratch_, B, T));
     ZINF_RETURN_IF_ERROR(be_.Zero(gbuf_, d.UnitParams(l + 1)));
-    ZINF_RETURN_IF_ERROR(BlockBackward<float>(be_, d, w, ViewBlock(gbuf_, d), xs_ + NC * l, a,
-                                              dres_, scratch_, B, T));
+    ZINF_RETURN_IF_ERROR(d.LayerBackward<float>(be_, wbuf_, gbuf_, xs_ + NC * l, acts_, dres_,
+                                                scratch_, B, T));
     stats_.compute_seconds += Since(t0);
     ZINF_RETURN_IF_ERROR(step_pending());
     ZINF_RETURN_IF_ERROR(hand_over(l + 1, gbuf_));
   }
   t0 = Clock::now();
-  ZINF_RETURN_IF_ERROR(EmbeddingBackward<float>(be_, d, ViewEmbedding(gemb_, d), d_tokens_, dres_,
-                                                B, T));
+  ZINF_RETURN_IF_ERROR(d.EmbeddingBackward<float>(be_, gemb_, d_tokens_, dres_, B, T));
   stats_.compute_seconds += Since(t0);
   ZINF_RETURN_IF_ERROR(step_pending());
   ZINF_RETURN_IF_ERROR(hand_over(0, gemb_));

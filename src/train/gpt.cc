@@ -1,11 +1,11 @@
 #include "src/train/gpt.h"
 
 #include <cmath>
-#include <numbers>
 
 #include <fmt/format.h>
 
 #include "kernels/cpu/parallel.h"
+#include "src/train/unit_layout.h"
 
 namespace zinf::train {
 
@@ -41,13 +41,9 @@ std::string GptDims::UnitName(uint32_t unit) const {
 
 std::vector<TensorInfo> UnitTensors(const GptDims& d, uint32_t unit) {
   const int64_t C = d.C;
-  std::vector<TensorInfo> t;
-  uint64_t off = 0;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    uint64_t n = 1;
-    for (int64_t s : shape) n *= static_cast<uint64_t>(s);
-    t.push_back({std::move(name), std::move(shape), off, n});
-    off += n;
+  TensorListBuilder t;
+  auto add = [&t](std::string name, std::vector<int64_t> shape) {
+    t.Add(std::move(name), std::move(shape));
   };
   if (unit == 0) {
     add("transformer.wte.weight", {d.V, C});
@@ -70,31 +66,11 @@ std::vector<TensorInfo> UnitTensors(const GptDims& d, uint32_t unit) {
     add(p + "mlp.c_proj.weight", {C, 4 * C});
     add(p + "mlp.c_proj.bias", {C});
   }
-  return t;
+  return t.Take();
 }
-
-namespace {
-
-// SplitMix64: a counter-based generator, so element i's draw needs no sequential state.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// A standard normal for element i of the stream `key` (Box-Muller on two 53-bit uniforms).
-double Normal(uint64_t key, uint64_t i) {
-  const uint64_t a = Mix(key ^ Mix(2 * i)), b = Mix(key ^ Mix(2 * i + 1));
-  const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;          // [0, 1)
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
-
-}  // namespace
 
 void InitUnit(const GptDims& d, uint32_t unit, uint64_t seed, float* out) {
-  const uint64_t key = Mix(seed ^ Mix(0x5eed0000ull + unit));
+  const uint64_t key = UnitKey(seed, unit);
   const double proj_std = 0.02 / std::sqrt(2.0 * d.L);
   for (const TensorInfo& t : UnitTensors(d, unit)) {
     const bool is_bias = t.name.ends_with(".bias");
@@ -108,7 +84,7 @@ void InitUnit(const GptDims& d, uint32_t unit, uint64_t seed, float* out) {
       const double stdev = t.name.ends_with("c_proj.weight") ? proj_std : 0.02;
       kernels::ParallelForChunks(t.elems, {}, [&](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i) {
-          p[i] = static_cast<float>(stdev * Normal(key, t.offset + i));
+          p[i] = static_cast<float>(stdev * InitNormal(key, t.offset + i));
         }
       });
     }
@@ -124,20 +100,19 @@ template <typename T>
 BlockView<T> ViewBlock(T* base, const GptDims& d) {
   const uint64_t C = d.C;
   BlockView<T> v;
-  T* p = base;
-  auto take = [&p](uint64_t n) { T* r = p; p += n; return r; };
-  v.ln1w = take(C);
-  v.ln1b = take(C);
-  v.qkvw = take(3 * C * C);
-  v.qkvb = take(3 * C);
-  v.attprojw = take(C * C);
-  v.attprojb = take(C);
-  v.ln2w = take(C);
-  v.ln2b = take(C);
-  v.fcw = take(4 * C * C);
-  v.fcb = take(4 * C);
-  v.fcprojw = take(4 * C * C);
-  v.fcprojb = take(C);
+  Carver<T> c(base);
+  v.ln1w = c.Take(C);
+  v.ln1b = c.Take(C);
+  v.qkvw = c.Take(3 * C * C);
+  v.qkvb = c.Take(3 * C);
+  v.attprojw = c.Take(C * C);
+  v.attprojb = c.Take(C);
+  v.ln2w = c.Take(C);
+  v.ln2b = c.Take(C);
+  v.fcw = c.Take(4 * C * C);
+  v.fcb = c.Take(4 * C);
+  v.fcprojw = c.Take(4 * C * C);
+  v.fcprojb = c.Take(C);
   return v;
 }
 
@@ -156,22 +131,21 @@ template <typename T>
 BlockActs<T> ViewBlockActs(T* base, const GptDims& d, int B, int seq) {
   const uint64_t N = static_cast<uint64_t>(B) * seq, C = d.C;
   BlockActs<T> a;
-  T* p = base;
-  auto take = [&p](uint64_t n) { T* r = p; p += n; return r; };
-  a.ln1 = take(N * C);
-  a.ln1_mean = take(N);
-  a.ln1_rstd = take(N);
-  a.qkv = take(N * 3 * C);
-  a.atty = take(N * C);
-  a.att = take(static_cast<uint64_t>(B) * d.NH * seq * seq);
-  a.attproj = take(N * C);
-  a.res2 = take(N * C);
-  a.ln2 = take(N * C);
-  a.ln2_mean = take(N);
-  a.ln2_rstd = take(N);
-  a.fch = take(N * 4 * C);
-  a.fch_gelu = take(N * 4 * C);
-  a.fcproj = take(N * C);
+  Carver<T> c(base);
+  a.ln1 = c.Take(N * C);
+  a.ln1_mean = c.Take(N);
+  a.ln1_rstd = c.Take(N);
+  a.qkv = c.Take(N * 3 * C);
+  a.atty = c.Take(N * C);
+  a.att = c.Take(static_cast<uint64_t>(B) * d.NH * seq * seq);
+  a.attproj = c.Take(N * C);
+  a.res2 = c.Take(N * C);
+  a.ln2 = c.Take(N * C);
+  a.ln2_mean = c.Take(N);
+  a.ln2_rstd = c.Take(N);
+  a.fch = c.Take(N * 4 * C);
+  a.fch_gelu = c.Take(N * 4 * C);
+  a.fcproj = c.Take(N * C);
   return a;
 }
 
@@ -191,15 +165,14 @@ template <typename T>
 HeadActs<T> ViewHeadActs(T* base, const GptDims& d, int B, int seq) {
   const uint64_t N = static_cast<uint64_t>(B) * seq, C = d.C, V = d.V;
   HeadActs<T> h;
-  T* p = base;
-  auto take = [&p](uint64_t n) { T* r = p; p += n; return r; };
-  h.lnf = take(N * C);
-  h.lnf_mean = take(N);
-  h.lnf_rstd = take(N);
-  h.probs = take(N * V);
-  h.dlogits = take(N * V);
-  h.losses = take(N);
-  h.dlnf = take(N * C);
+  Carver<T> c(base);
+  h.lnf = c.Take(N * C);
+  h.lnf_mean = c.Take(N);
+  h.lnf_rstd = c.Take(N);
+  h.probs = c.Take(N * V);
+  h.dlogits = c.Take(N * V);
+  h.losses = c.Take(N);
+  h.dlnf = c.Take(N * C);
   return h;
 }
 
@@ -293,52 +266,6 @@ Status HeadBackward(Backend<T>& be, const GptDims& d, const FinalView<const T>& 
                               N, d.C);
 }
 
-template <typename T>
-Result<double> ResidentForwardBackward(Backend<T>& be, const GptDims& d,
-                                       const std::vector<const T*>& params,
-                                       const std::vector<T*>& grads, const int32_t* tokens,
-                                       const int32_t* targets, int B, int seq, T loss_scale) {
-  if (params.size() != d.units() || grads.size() != d.units()) {
-    return InvalidArgument(fmt::format("expected {} units of params and grads", d.units()));
-  }
-  const uint64_t NC = static_cast<uint64_t>(B) * seq * d.C;
-  std::vector<T> xs(NC * (d.L + 1));  // the input of each block, and the final one
-  std::vector<T> acts(BlockActsElems(d, B, seq));
-  std::vector<T> head(HeadActsElems(d, B, seq));
-  std::vector<T> dres(NC);
-  std::vector<T> scratch(
-      BlockGradScratchElems(d, B, seq, be.AttentionScratchElems(B, seq, d.C, d.NH)));
-  auto x = [&](int l) { return xs.data() + NC * l; };
-  const BlockActs<T> a = ViewBlockActs(acts.data(), d, B, seq);
-  const HeadActs<T> h = ViewHeadActs(head.data(), d, B, seq);
-  const EmbeddingView<const T> emb = ViewEmbedding(params[0], d);
-  const FinalView<const T> fin = ViewFinal(params[d.final_unit()], d);
-
-  ZINF_RETURN_IF_ERROR(EmbeddingForward(be, d, emb, tokens, x(0), B, seq));
-  for (int l = 0; l < d.L; ++l) {
-    ZINF_RETURN_IF_ERROR(BlockForward(be, d, ViewBlock(params[l + 1], d), x(l), x(l + 1), a,
-                                      scratch.data(), B, seq));
-  }
-  ZINF_RETURN_IF_ERROR(HeadForward(be, d, fin, emb.wte, x(d.L), targets, h, B, seq));
-  ZINF_RETURN_IF_ERROR(be.Synchronize());
-  double loss = 0;
-  for (int i = 0; i < B * seq; ++i) loss += static_cast<double>(h.losses[i]);
-  loss /= B * seq;
-
-  EmbeddingView<T> demb = ViewEmbedding(grads[0], d);
-  ZINF_RETURN_IF_ERROR(HeadBackward(be, d, fin, ViewFinal(grads[d.final_unit()], d), emb.wte,
-                                    demb.wte, x(d.L), targets, h, dres.data(), loss_scale, B, seq));
-  for (int l = d.L - 1; l >= 0; --l) {
-    const BlockView<const T> w = ViewBlock(params[l + 1], d);
-    ZINF_RETURN_IF_ERROR(BlockForward(be, d, w, x(l), x(l + 1), a, scratch.data(), B, seq));  // recompute
-    ZINF_RETURN_IF_ERROR(BlockBackward(be, d, w, ViewBlock(grads[l + 1], d), x(l), a,
-                                       dres.data(), scratch.data(), B, seq));
-  }
-  ZINF_RETURN_IF_ERROR(EmbeddingBackward(be, d, demb, tokens, dres.data(), B, seq));
-  ZINF_RETURN_IF_ERROR(be.Synchronize());
-  return loss;
-}
-
 #define ZINF_GPT_INSTANTIATE(T)                                                                  \
   template EmbeddingView<T> ViewEmbedding(T*, const GptDims&);                                   \
   template EmbeddingView<const T> ViewEmbedding(const T*, const GptDims&);                       \
@@ -361,11 +288,7 @@ Result<double> ResidentForwardBackward(Backend<T>& be, const GptDims& d,
                               const T*, const int32_t*, const HeadActs<T>&, int, int);           \
   template Status HeadBackward(Backend<T>&, const GptDims&, const FinalView<const T>&,           \
                                const FinalView<T>&, const T*, T*, const T*, const int32_t*,      \
-                               const HeadActs<T>&, T*, T, int, int);                             \
-  template Result<double> ResidentForwardBackward(Backend<T>&, const GptDims&,                   \
-                                                  const std::vector<const T*>&,                  \
-                                                  const std::vector<T*>&, const int32_t*,        \
-                                                  const int32_t*, int, int, T);
+                               const HeadActs<T>&, T*, T, int, int);
 
 ZINF_GPT_INSTANTIATE(float)
 ZINF_GPT_INSTANTIATE(double)

@@ -15,7 +15,7 @@
 //
 // The per-unit functions (EmbeddingForward, BlockForward, ...) are the whole model code; the
 // layer executor (executor.h) calls them with weights paged in by the tier manager and the
-// reference driver ResidentForwardBackward (for tests) with every weight in memory. Both give
+// reference driver ResidentForwardBackward (model.h, for tests) with every weight in memory. Both give
 // the same arithmetic. Forward outputs overwrite; gradient outputs ACCUMULATE (zero them first).
 //
 // Init (GPT-2's): every weight matrix and both embeddings ~ N(0, 0.02²); the two residual
@@ -32,6 +32,7 @@
 
 #include "src/config/config.h"
 #include "src/train/backend.h"
+#include "src/train/unit_layout.h"
 #include "zinf/status.h"
 
 namespace zinf::train {
@@ -52,12 +53,6 @@ struct GptDims {
   std::string UnitName(uint32_t unit) const;  // "embedding", "block3", "final"
 };
 
-struct TensorInfo {
-  std::string name;            // nanoGPT's state_dict name
-  std::vector<int64_t> shape;  // row-major
-  uint64_t offset = 0;         // elements from the start of the unit's array
-  uint64_t elems = 0;
-};
 std::vector<TensorInfo> UnitTensors(const GptDims& d, uint32_t unit);
 
 // Writes the unit's initial weights (GPT-2 init, see above) into out (UnitParams elements).
@@ -151,14 +146,5 @@ Status HeadBackward(Backend<T>& be, const GptDims& d, const FinalView<const T>& 
                     const FinalView<T>& dw, const T* wte, T* dwte, const T* xL,
                     const int32_t* targets, const HeadActs<T>& h, T* dxL, T loss_scale, int B,
                     int seq);
-
-// The whole model with every weight in memory (tests and references): params[u] and grads[u]
-// are the units' arrays (grads accumulate). Returns the mean loss; the gradients are those of
-// loss_scale times it. Memory comes from std::vector (host), so only for a CPU backend.
-template <typename T>
-Result<double> ResidentForwardBackward(Backend<T>& be, const GptDims& d,
-                                       const std::vector<const T*>& params,
-                                       const std::vector<T*>& grads, const int32_t* tokens,
-                                       const int32_t* targets, int B, int seq, T loss_scale);
 
 }  // namespace zinf::train

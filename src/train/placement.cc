@@ -10,7 +10,7 @@
 
 namespace zinf::train {
 
-std::string StatePlacement::Describe(const GptDims& d) const {
+std::string StatePlacement::Describe(const Model& d) const {
   std::vector<std::string> ranges;
   uint32_t nvme_units = 0;
   for (uint32_t u = 0; u < in_memory.size();) {
@@ -33,7 +33,7 @@ std::string StatePlacement::Describe(const GptDims& d) const {
 
 namespace {
 
-Result<std::vector<char>> ReadPlacementFile(const GptDims& d, const std::string& path) {
+Result<std::vector<char>> ReadPlacementFile(const Model& d, const std::string& path) {
   std::ifstream in(path);
   if (!in) return InvalidArgument(fmt::format("--placement {}: cannot open the file", path));
   nlohmann::json j;
@@ -62,9 +62,9 @@ Result<std::vector<char>> ReadPlacementFile(const GptDims& d, const std::string&
     }
     if (unit == d.units()) {
       return InvalidArgument(fmt::format(
-          "--placement {}: optimizer_state.{}: no such unit; the model's are embedding, "
-          "block0..block{}, final",
-          path, name, d.L - 1));
+          "--placement {}: optimizer_state.{}: no such unit; the model's are {}, {}..{}, {}",
+          path, name, d.UnitName(0), d.UnitName(1), d.UnitName(d.final_unit() - 1),
+          d.UnitName(d.final_unit())));
     }
     if (!home.is_string() || (home != "memory" && home != "nvme")) {
       return InvalidArgument(fmt::format("--placement {}: optimizer_state.{}: {}; expected "
@@ -77,7 +77,7 @@ Result<std::vector<char>> ReadPlacementFile(const GptDims& d, const std::string&
 
 }  // namespace
 
-Result<StatePlacement> PlaceOptimizerState(const GptDims& d, const Config& c,
+Result<StatePlacement> PlaceOptimizerState(const Model& d, const Config& c,
                                            const std::string& placement,
                                            uint64_t state_bytes_per_param,
                                            const std::function<uint64_t(uint32_t)>& state_elems,

@@ -9,7 +9,7 @@
 //   zinf.budgets.host_bytes nothing goes to memory (the config said NVMe).
 // - "nvme": every unit on NVMe, whatever zinf.budgets.host_bytes says.
 // - a JSON file: {"optimizer_state": {"<unit name>": "memory" | "nvme", ...}}; units not named
-//   stay on NVMe. Unit names are GptDims::UnitName's ("embedding", "block0".., "final").
+//   stay on NVMe. Unit names are Model::UnitName's ("embedding", "block0" or "layer0".., "final").
 // A resume (`recorded`: the units the checkpoint's run kept in memory) takes the checkpoint's
 // placement under "auto": the swap file's layout follows it.
 // Refused, naming the file, key or value and what was expected: an unknown unit or home, a
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "src/config/config.h"
-#include "src/train/gpt.h"
+#include "src/train/model.h"
 #include "zinf/status.h"
 
 namespace zinf::train {
@@ -43,12 +43,12 @@ struct StatePlacement {
   uint64_t nvme_bytes = 0;      // of state on NVMe (one generation)
   std::string how;              // "auto", "nvme", or the file's path
   // "block20..block31, final in memory (1.2 GiB); 22 units on NVMe (3.4 GiB)" and the like.
-  std::string Describe(const GptDims& d) const;
+  std::string Describe(const Model& d) const;
 };
 
 // `placement`: "auto", "nvme" or a file's path; `state_bytes_per_param`: 12 or 8;
 // `available_bytes`: what the machine can still give (MemAvailable less the pinned budget).
-Result<StatePlacement> PlaceOptimizerState(const GptDims& d, const Config& c,
+Result<StatePlacement> PlaceOptimizerState(const Model& d, const Config& c,
                                            const std::string& placement,
                                            uint64_t state_bytes_per_param,
                                            const std::function<uint64_t(uint32_t)>& state_elems,

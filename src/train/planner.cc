@@ -39,7 +39,7 @@ struct PlanContext {
 PlanContext Shares(const Config& c, const PlanInputs& in, const StatePlacement& placement,
                    Plan& p) {
   PlanContext x{.c = c, .in = in, .placement = placement};
-  const GptDims& d = in.dims;
+  const Model& d = in.dims;
   x.state_nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   x.params_nvme = c.zero.offload_param.device == OffloadDevice::kNvme;
   x.swap = x.state_nvme || x.params_nvme;
@@ -77,7 +77,7 @@ PlanContext Shares(const Config& c, const PlanInputs& in, const StatePlacement& 
 void PlanMemory(PlanContext& x, Plan& p) {
   const Config& c = x.c;
   const PlanInputs& in = x.in;
-  const GptDims& d = in.dims;
+  const Model& d = in.dims;
   PlanBytes& b = p.bytes;
   const uint64_t max_n = d.MaxUnitParams();
   b.device_budget = in.device_budget;
@@ -136,7 +136,7 @@ struct Passes {
 // The link: what each pass fetches and hands back, and the passes' times with the compute.
 Passes PlanLink(const PlanContext& x, const PlanRates& rates, Plan& p) {
   const PlanInputs& in = x.in;
-  const GptDims& d = in.dims;
+  const Model& d = in.dims;
   PlanBytes& b = p.bytes;
   const double mbs = std::max<uint32_t>(1, in.micro_batches);
   const double per_mb = p.compute_seconds / mbs;
@@ -178,7 +178,7 @@ Passes PlanLink(const PlanContext& x, const PlanRates& rates, Plan& p) {
     // first unit's compute).
     const double t = std::max(h2d / rh, d2h / rd);
     p.link_seconds += t;
-    return std::max(compute, t) + std::min(compute, t) / std::max<uint32_t>(1, d.L);
+    return std::max(compute, t) + std::min(compute, t) / std::max<uint32_t>(1, d.layers());
   };
   const double fwd = 0.25 * per_mb, bwd = per_mb - fwd;
   Passes passes;
@@ -206,7 +206,7 @@ void PlanNvmeOptimizer(const PlanContext& x, const PlanRates& rates, const Passe
   // unit at a time (read, Adam, then write: the gather of its new weights is a collective):
   // nothing is hidden, overlapped or read ahead. ZeRO-3's step has no collective and runs
   // under the next forward as above, but starts after backward: nothing is read under it.
-  const GptDims& d = x.in.dims;
+  const Model& d = x.in.dims;
   const double ranks = static_cast<double>(p.world);
   const double r = rates.read_gbps * 1e9 / ranks, w = rates.write_gbps * 1e9 / ranks;
   const double state = static_cast<double>(p.bytes.nvme_state);
@@ -367,7 +367,7 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
   return p;
 }
 
-double CommSentPerStep(const GptDims& d, int stage, uint32_t world, uint32_t micro_batches) {
+double CommSentPerStep(const Model& d, int stage, uint32_t world, uint32_t micro_batches) {
   if (world < 2) return 0;
   const double others = world - 1, mb = std::max<uint32_t>(1, micro_batches);
   double sent = 0;
@@ -443,7 +443,7 @@ nlohmann::json Plan::ToJson() const {
   return j;
 }
 
-std::string FormatPlan(const Plan& p, const GptDims& d) {
+std::string FormatPlan(const Plan& p, const Model& d) {
   const PlanBytes& b = p.bytes;
   auto h = [](uint64_t v) { return FormatBytesHuman(v); };
   std::string s;

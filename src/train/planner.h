@@ -63,7 +63,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/config/config.h"
-#include "src/train/gpt.h"
+#include "src/train/model.h"
 #include "src/train/placement.h"
 
 namespace zinf::train {
@@ -131,7 +131,7 @@ struct Plan {
 };
 
 struct PlanInputs {
-  GptDims dims;
+  Model dims;
   uint32_t world = 1;  // ranks on this machine (zinf launch --nproc), partitioned by the stage
   int batch = 1, seq = 1;
   uint32_t micro_batches = 1;
@@ -154,10 +154,10 @@ Plan PlanRun(const Config& c, const PlanInputs& in, const StatePlacement& placem
 // stage 3 reduce-scatters as stage 2 and all-gathers every unit's 16-bit weights before each
 // micro-batch's forward and the blocks' before its backward. Not counted: the step's few small
 // collectives (the losses, the finiteness agreement).
-double CommSentPerStep(const GptDims& d, int stage, uint32_t world, uint32_t micro_batches);
+double CommSentPerStep(const Model& d, int stage, uint32_t world, uint32_t micro_batches);
 
 // The plan as text: bytes per tier and role, NVMe bytes per step, the time with its bound, and
 // what does not fit.
-std::string FormatPlan(const Plan& p, const GptDims& d);
+std::string FormatPlan(const Plan& p, const Model& d);
 
 }  // namespace zinf::train

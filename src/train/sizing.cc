@@ -22,7 +22,7 @@ UnitShare ShareOfUnit(uint64_t n, const RankShare& share) {
           .per = k.per};
 }
 
-uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
+uint64_t SwapBytes(const Model& d, const Config& c, uint32_t generations,
                    const std::vector<char>& state_in_memory, const RankShare& share) {
   const uint64_t slack = c.zinf.stripe_bytes + 4096;
   uint64_t total = 0;
@@ -35,7 +35,7 @@ uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
   return total;
 }
 
-uint64_t AutoPinnedBudget(const GptDims& d, const Config& c, const ExecutorOptions& eo) {
+uint64_t AutoPinnedBudget(const Model& d, const Config& c, const ExecutorOptions& eo) {
   if (c.zinf.budgets.pinned_bytes) return *c.zinf.budgets.pinned_bytes;
   const uint64_t wanted =
       std::max<uint64_t>(PinnedBytesWanted(d, eo), UsesNvme(c) ? c.aio.block_size : 0);

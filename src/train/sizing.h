@@ -33,7 +33,7 @@
 #include "kernels/cpu/dtype.h"
 #include "src/config/config.h"
 #include "src/train/executor.h"
-#include "src/train/gpt.h"
+#include "src/train/model.h"
 
 namespace zinf::train {
 
@@ -51,9 +51,9 @@ struct UnitShare {
   uint64_t state = 0, param16 = 0, grad = 0, per = 0;
 };
 UnitShare ShareOfUnit(uint64_t n, const RankShare& share);
-uint64_t SwapBytes(const GptDims& d, const Config& c, uint32_t generations,
+uint64_t SwapBytes(const Model& d, const Config& c, uint32_t generations,
                    const std::vector<char>& state_in_memory, const RankShare& share = {});
-uint64_t AutoPinnedBudget(const GptDims& d, const Config& c, const ExecutorOptions& eo);
+uint64_t AutoPinnedBudget(const Model& d, const Config& c, const ExecutorOptions& eo);
 uint64_t AutoHostBytes(uint64_t available, uint64_t pinned_budget, uint64_t device_budget);
 
 }  // namespace zinf::train

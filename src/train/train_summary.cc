@@ -162,7 +162,7 @@ void TrainLoop::SummarizeCheckpoints() {
 void TrainLoop::SummarizePlan() {
   const OffloadRuntime& rt = *run_.rt;
   PlanInputs pin;
-  pin.dims = run_.dims;
+  pin.dims = run_.model;
   pin.world = static_cast<uint32_t>(run_.ranks.shard_world());
   pin.batch = static_cast<int>(run_.B);
   pin.seq = static_cast<int>(run_.T);
@@ -204,7 +204,7 @@ void TrainLoop::SummarizeTiers() {
   sum_.optimizer_state_memory_bytes = ex_.StateBytesInMemory();
   sum_.optimizer_state_nvme_bytes = ex_.StateBytesOnNvme();
   sum_.placement =
-      run_.eo.optimizer_on_nvme ? run_.placement.Describe(run_.dims) : "every unit in memory";
+      run_.eo.optimizer_on_nvme ? run_.placement.Describe(run_.model) : "every unit in memory";
   sum_.gradient_bytes = ex_.GradShardBytes();
   sum_.param16_bytes = ex_.Param16ShardBytes();
   sum_.param16_derived_bytes = ex_.Param16DerivedBytes();

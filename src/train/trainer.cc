@@ -41,7 +41,7 @@ TrainLoop::TrainLoop(const TrainOptions& opt, TrainRun& run)
   const uint64_t tokens = uint64_t{run.B} * run.T;
   x_.resize(tokens);
   y_.resize(tokens);
-  sum_.params = run.dims.TotalParams();
+  sum_.params = run.model.TotalParams();
   sum_.tokens_per_step = tokens * run.gas * static_cast<uint64_t>(run.ranks.world());
   sum_.world = run.ranks.world();
   sum_.rank = run.ranks.rank();

@@ -81,7 +81,7 @@ Status ProtectKeptCheckpoints(LayerExecutor& ex, const ckpt::Manifest& resumed,
       same_swap |= f.kind == "swap" && !swap_files.empty() && SamePath(f.name, swap_files[0]);
     }
     if (!same_swap) continue;
-    ZINF_ASSIGN_OR_RETURN(const auto shards, StateShardsByUnit(*m, ex.dims()));
+    ZINF_ASSIGN_OR_RETURN(const auto shards, StateShardsByUnit(*m, ex.model()));
     std::vector<UnitState> units;
     for (uint32_t u = 0; u < shards.size(); ++u) {
       UnitState st;
@@ -196,7 +196,12 @@ Result<ResumeSource> ReadResume(const TrainOptions& opt, TrainRun& run) {
 // the schedule and the loss scaler.
 Status LoadData(const TrainOptions& opt, TrainRun& run, const ResumeSource& resume) {
   const Config& c = run.c;
-  run.dims = GptDims::FromConfig(c.zinf.model);
+  ZINF_ASSIGN_OR_RETURN(run.model, Model::FromConfig(c.zinf.model));
+  if (!run.model.is_gpt() && !opt.save_path.empty()) {
+    return Unimplemented("--save writes nanoGPT-named GPT-2 weights; zinf.model.arch \"llama\" "
+                         "has no weights file format yet (Hugging Face's comes with issue 39's "
+                         "export)");
+  }
   run.B = static_cast<uint32_t>(c.MicroBatchSize());
   run.gas = c.GradientAccumulationSteps();
   run.T = c.zinf.model.seq_len;
@@ -208,7 +213,7 @@ Status LoadData(const TrainOptions& opt, TrainRun& run, const ResumeSource& resu
                                           .synthetic_bytes = opt.synthetic_bytes,
                                           .seed = c.zinf.seed,
                                           .val_fraction = opt.val_fraction},
-                                         run.dims.V, T));
+                                         static_cast<uint32_t>(run.model.vocab()), T));
   ZINF_ASSIGN_OR_RETURN(BatchSampler train_data,
                         BatchSampler::Create(data.train, Split::kTrain, B, T, c.zinf.seed));
   if (resume.from) {
@@ -294,7 +299,7 @@ std::optional<std::vector<std::string>> RecordedInMemory(const TrainRun& run,
     names.emplace();  // no unit in memory
   } else if (then == "memory" && RecordedStateDevice(*from) == "nvme") {
     names.emplace();  // every unit in memory, placed there from NVMe
-    for (uint32_t u = 0; u < run.dims.units(); ++u) names->push_back(run.dims.UnitName(u));
+    for (uint32_t u = 0; u < run.model.units(); ++u) names->push_back(run.model.UnitName(u));
   }
   return names;
 }
@@ -304,7 +309,7 @@ std::optional<std::vector<std::string>> RecordedInMemory(const TrainRun& run,
 Result<StateLayout> PlaceState(const TrainOptions& opt, TrainRun& run,
                                const ResumeSource& resume) {
   const Config& c = run.c;
-  const GptDims& dims = run.dims;
+  const Model& dims = run.model;
   ExecutorOptions& eo = run.eo;
   StateLayout l{.rc = c};
   // An automatic pinned budget is what this run wants (every shard's host copy and the
@@ -388,7 +393,7 @@ Status BuildEngine(const TrainOptions& opt, TrainRun& run, const ResumeSource& r
   ZINF_ASSIGN_OR_RETURN(
       run.rt, MakeOffloadRuntime(
                   layout.rc,
-                  {.swap_bytes = SwapBytes(run.dims, run.c, eo.state_generations,
+                  {.swap_bytes = SwapBytes(run.model, run.c, eo.state_generations,
                                            run.placement.in_memory, share),
                    .tracer = run.tracer.get(),
                    .device_kind = opt.device,
@@ -401,7 +406,7 @@ Status BuildEngine(const TrainOptions& opt, TrainRun& run, const ResumeSource& r
   ZINF_ASSIGN_OR_RETURN(run.backend, MakeBackend(*run.rt->device, run.compute,
                                                  run.c.zinf.adam_threads, run.rt->arena.get()));
   ZINF_ASSIGN_OR_RETURN(run.ex,
-                        LayerExecutor::Create(*run.rt, *run.backend, run.compute, run.dims, eo));
+                        LayerExecutor::Create(*run.rt, *run.backend, run.compute, run.model, eo));
   return Status::Ok();
 }
 
@@ -497,10 +502,10 @@ Result<std::unique_ptr<TrainRun>> SetUpRun(const TrainOptions& opt) {
   const auto t_init = TrainClock::now();
   ZINF_RETURN_IF_ERROR(InitOrRestore(opt, *run, resume, layout));
   ZINF_RETURN_IF_ERROR(MakeCheckpointer(opt, *run, resume, layout));
-  const GptDims& d = run->dims;
-  Log().info("train: {} parameters ({} layers, width {}, {} heads, seq {}, vocab {}), "
-             "micro-batch {} x {} accumulation, {} on {}; weights ready in {:.1f} s",
-             d.TotalParams(), d.L, d.C, d.NH, run->T, d.V, run->B, run->gas,
+  const Model& d = run->model;
+  Log().info("train: {} parameters ({}), micro-batch {} x {} accumulation, {} on {}; weights "
+             "ready in {:.1f} s",
+             d.TotalParams(), d.Describe(), run->B, run->gas,
              run->backend->name(), run->rt->device->Describe(), SecondsSince(t_init));
   return run;
 }

@@ -26,7 +26,7 @@
 #include "src/train/checkpoint.h"
 #include "src/train/data.h"
 #include "src/train/executor.h"
-#include "src/train/gpt.h"
+#include "src/train/model.h"
 #include "src/train/loss_scaler.h"
 #include "src/train/lr_schedule.h"
 #include "src/train/placement.h"
@@ -46,7 +46,7 @@ struct TrainRun {
   Config c;               // this rank's: `shared` with its own swap directories
   Ranks ranks;
   TrainerState resumed;   // the resumed checkpoint's; step 0 when not resuming
-  GptDims dims;
+  Model model;
   uint32_t B = 0;         // micro-batch
   uint32_t T = 0;         // sequence length
   uint64_t gas = 1;       // gradient accumulation steps

@@ -56,8 +56,22 @@ std::string ModelText(const GptDims& d) {
 
 }  // namespace
 
+namespace {
+
+// --init and --save speak nanoGPT's names and metadata: GPT-2's.
+Result<GptDims> GptOf(const LayerExecutor& executor, const char* what) {
+  if (!executor.model().is_gpt()) {
+    return Unimplemented(fmt::format(
+        "{} takes nanoGPT-named GPT-2 weights; zinf.model.arch \"llama\" has none yet "
+        "(Hugging Face checkpoints come with issue 39's loader)", what));
+  }
+  return executor.model().gpt();
+}
+
+}  // namespace
+
 Status SaveWeights(LayerExecutor& executor, const std::string& path, bool write) {
-  const GptDims& d = executor.dims();
+  ZINF_ASSIGN_OR_RETURN(const GptDims d, GptOf(executor, "--save"));
   std::vector<std::vector<float>> units(d.units());
   std::vector<TensorToWrite> tensors;
   for (uint32_t u = 0; u < d.units(); ++u) {
@@ -84,8 +98,8 @@ Result<RecordedModel> ReadRecordedModel(const std::string& path) {
 }
 
 Status LoadWeights(LayerExecutor& executor, const std::string& path) {
+  ZINF_ASSIGN_OR_RETURN(const GptDims d, GptOf(executor, "--init"));
   ZINF_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
-  const GptDims& d = executor.dims();
   ZINF_ASSIGN_OR_RETURN(RecordedModel recorded, RecordedIn(file));
   for (const SizeKey& k : kSizeKeys) {
     const std::optional<uint32_t>& r = recorded.*k.recorded;

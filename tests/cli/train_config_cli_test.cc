@@ -236,8 +236,8 @@ TEST(TrainConfigCliTest, InitTakesTheModelSizesFromTheFile) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto printed = nlohmann::json::parse(r.out, nullptr, false, true);
   EXPECT_EQ(printed["zinf"]["model"],
-            nlohmann::json({{"layers", 2}, {"width", 32}, {"heads", 4}, {"seq_len", 16},
-                            {"vocab", 64}}));
+            nlohmann::json({{"arch", "gpt2"}, {"layers", 2}, {"width", 32}, {"heads", 4},
+                            {"seq_len", 16}, {"vocab", 64}}));
   EXPECT_EQ(SourceOf(r.out, "width"), "--init " + a);
   // A flag that agrees is fine.
   r = RunZinf("train --init " + a + " --width 32 --print-config", dir.path());

@@ -17,6 +17,7 @@
 namespace zinf {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kSource[] = "test.json";
@@ -136,6 +137,48 @@ TEST(ConfigTest, ExampleConfigsLoad) {
   ConfigParseOptions strict;
   strict.strict = true;
   EXPECT_FALSE(Config::FromFile(ExamplePath("deepspeed_zero3_nvme.json"), strict).ok());
+}
+
+// zinf.model.arch "llama" with HF's key names as aliases; its keys are refused with gpt2, and
+// the round trip through ToJson keeps them.
+TEST(ConfigTest, LlamaModelKeys) {
+  auto r = Load(R"({"zinf": {"model": {"arch": "llama", "layers": 2, "hidden": 64,
+      "num_key_value_heads": 2, "intermediate_size": 160, "rms_norm_eps": 1e-5,
+      "rope_theta": 500000, "tie_word_embeddings": true}}})");
+  ASSERT_FALSE(r.ok());  // "hidden" is not a key (width is)
+  EXPECT_THAT(r.status().message(), HasSubstr("zinf.model.hidden"));
+  r = Load(R"({"zinf": {"model": {"arch": "llama", "layers": 2, "width": 64,
+      "num_key_value_heads": 2, "intermediate_size": 160, "rms_norm_eps": 1e-5,
+      "rope_theta": 500000, "tie_word_embeddings": true}}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ModelConfig& m = r->zinf.model;
+  EXPECT_TRUE(m.is_llama());
+  EXPECT_EQ(m.KvHeads(), 2u);
+  EXPECT_EQ(m.Intermediate(), 160u);
+  EXPECT_EQ(m.norm_eps, 1e-5);
+  EXPECT_EQ(m.rope_theta, 500000.0);
+  EXPECT_TRUE(m.tie_embeddings);
+  // layer: q 64·64 + k, v 2·16·64 each + o 64·64 + 3·64·160 + 2·64; tied: final is the norm.
+  EXPECT_EQ(m.BlockParams(), 64u * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 64 * 160 + 2 * 64);
+  EXPECT_EQ(m.EmbeddingParams(), 256u * 64);
+  EXPECT_EQ(m.FinalParams(), 64u);
+  auto again = Load(r->ToJson().dump());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->ToJson(), r->ToJson());
+  // Meta's MLP width by default: 8/3 of the width rounded up to 256.
+  auto d = Load(R"({"zinf": {"model": {"arch": "llama", "width": 4096, "heads": 32}}})");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->zinf.model.Intermediate(), 11008u);  // Llama 2 7B's
+  EXPECT_FALSE(d->zinf.model.tie_embeddings);       // HF's default
+  EXPECT_THAT(Refusal(R"({"zinf": {"model": {"num_key_value_heads": 2}}})"),
+              AllOf(HasSubstr("zinf.model.num_key_value_heads"), HasSubstr("gpt2")));
+  EXPECT_THAT(Refusal(R"({"zinf": {"model": {"tie_embeddings": false}}})"),
+              HasSubstr("zinf.model.tie_embeddings"));
+  EXPECT_THAT(Refusal(R"({"zinf": {"model": {"arch": "llama", "heads": 4, "kv_heads": 3}}})"),
+              HasSubstr("zinf.model.kv_heads: 3 does not divide"));
+  EXPECT_THAT(Refusal(R"({"zinf": {"model": {"arch": "llama", "width": 12, "heads": 4}}})"),
+              HasSubstr("odd head_dim 3"));
+  EXPECT_THAT(Refusal(R"({"zinf": {"model": {"arch": "mamba"}}})"), HasSubstr("zinf.model.arch"));
 }
 
 TEST(ConfigTest, ByteStringsParse) {

@@ -43,6 +43,7 @@
 #include "src/train/backend_factory.h"
 #include "src/train/cpu_backend.h"
 #include "src/train/gpt.h"
+#include "src/train/model.h"
 
 namespace zinf::train {
 namespace {

@@ -2,6 +2,7 @@
 // tiny model against central finite differences in double precision, float against double, the
 // init's statistics and determinism, the tensor layout.
 #include "src/train/gpt.h"
+#include "src/train/model.h"
 
 #include <gtest/gtest.h>
 

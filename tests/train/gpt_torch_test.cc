@@ -20,6 +20,7 @@
 
 #include "src/train/cpu_backend.h"
 #include "src/train/gpt.h"
+#include "src/train/model.h"
 #include "src/train/safetensors.h"
 #include "tests/test_util.h"
 

@@ -4,7 +4,7 @@ LlamaRMSNorm, rotate_half / apply_rotary_pos_emb, repeat_kv, the eager attention
 the rope parameters of modeling_rope_utils.py, "default" and "llama3"), written independently
 of zinf, forward and backward through torch.autograd in float32.
 
-usage: torch_llama_ref.py DIR...   (one case a directory)
+usage: torch_llama_layer_ref.py DIR...   (one case a directory)
   DIR/case.json: {"B", "seq", "hidden", "heads", "kv_heads", "head_dim", "intermediate",
                   "rms_norm_eps", "rope_theta", "rope_scaling" (null or HF's dict),
                   "qkv_bias", "o_bias"}
@@ -26,7 +26,7 @@ def main():
         import numpy as np
         import torch
     except ImportError as e:  # the test turns this into a skip
-        print(f"torch_llama_ref.py: {e}", file=sys.stderr)
+        print(f"torch_llama_layer_ref.py: {e}", file=sys.stderr)
         return 77
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)

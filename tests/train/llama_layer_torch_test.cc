@@ -1,11 +1,10 @@
-// Tests of kernels/cpu/llama_ops.h against an independent PyTorch implementation of Hugging
-// Face's Llama decoder layer (tests/kernels/torch_llama_ref.py, run with Debian's
-// /usr/bin/python3; the test skips without torch). One layer is composed here from zinf's ops
-// (RMSNorm, the fused q/k/v GEMM, RoPE, grouped-query attention, o_proj, RMSNorm, the fused
-// gate/up GEMM, SwiGLU, down_proj, the two residuals), forward and backward in float32, and
-// compared with torch.autograd's output and every gradient: the output within 1e-5 of its
-// largest magnitude, gradients within 1e-4 of theirs (float32 noise; a wrong layout, head
-// mapping, rotation or scale is off by far more).
+// One decoder layer of the Llama model code (src/train/llama.h: LayerForward and LayerBackward on
+// the CPU backend, its unit layout filled from HF-named tensors) against an independent PyTorch
+// implementation of Hugging Face's Llama decoder layer (tests/train/torch_llama_layer_ref.py, run
+// with Debian's /usr/bin/python3; the test skips without torch), forward and backward in float32:
+// the output within 1e-5 of its largest magnitude, the input's and every weight's gradient within
+// 1e-4 of theirs (float32 noise; a wrong layout, head mapping, rotation or scale is off by far
+// more).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,10 +21,10 @@
 
 #include <fmt/format.h>
 
-#include "kernels/cpu/layer_ops.h"
-#include "kernels/cpu/llama_ops.h"
+#include "src/train/cpu_backend.h"
+#include "src/train/llama.h"
 
-namespace zinf::kernels::cpu {
+namespace zinf::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -74,17 +73,9 @@ Vec Random(size_t n, std::mt19937& rng, float scale) {
   return v;
 }
 
-// Rows [begin, begin + rows) of a [*, cols] matrix.
-Vec Rows(const Vec& m, size_t begin, size_t rows, size_t cols) {
-  return Vec(m.begin() + begin * cols, m.begin() + (begin + rows) * cols);
-}
-
 struct Layer {
   const LayerCase& c;
   std::map<std::string, Vec> t;  // HF names, as the script reads them
-  int N() const { return c.B * c.seq; }
-  int Q() const { return c.H * c.d; }
-  int W() const { return (c.H + 2 * c.KV) * c.d; }
 };
 
 Layer MakeLayer(const LayerCase& c, uint32_t seed) {
@@ -115,8 +106,8 @@ Layer MakeLayer(const LayerCase& c, uint32_t seed) {
   return l;
 }
 
-RopeScaling ScalingOf(const LayerCase& c) {
-  RopeScaling s;
+kernels::cpu::RopeScaling ScalingOf(const LayerCase& c) {
+  kernels::cpu::RopeScaling s;
   if (c.llama3) s = {.kind = "llama3", .factor = 8.0, .low_freq_factor = 1.0,
                      .high_freq_factor = 4.0, .original_max_position_embeddings = 64.0};
   return s;
@@ -138,92 +129,57 @@ void WriteCase(const Layer& l, const fs::path& dir) {
   for (const auto& [name, v] : l.t) WriteF32(dir / name, v);
 }
 
-// The layer from zinf's ops: y and every gradient, named as torch_llama_ref.py names them.
+// The script's name of a unit tensor: "model.layers.0.self_attn.q_proj.weight" is "q_proj",
+// its bias "q_bias"; "model.layers.0.input_layernorm.weight" is "input_layernorm".
+std::string ScriptName(const std::string& hf) {
+  std::string rest = hf.substr(std::string("model.layers.0.").size());
+  for (const char* part : {"self_attn.", "mlp."}) {
+    if (rest.starts_with(part)) rest = rest.substr(std::string(part).size());
+  }
+  if (rest.ends_with(".weight")) return rest.substr(0, rest.size() - 7);
+  return rest.substr(0, rest.find("_proj")) + "_bias";
+}
+
+// The layer from zinf's model code: y and every gradient, named as the script names them.
 std::map<std::string, Vec> RunZinf(const Layer& l) {
   const LayerCase& c = l.c;
-  const int N = l.N(), C = c.C, Q = l.Q(), W = l.W(), I = c.I;
-  const size_t NC = size_t(N) * C;
-  const auto& t = l.t;
-  auto cat = [](std::initializer_list<const Vec*> parts) {
-    Vec v;
-    for (const Vec* p : parts) v.insert(v.end(), p->begin(), p->end());
-    return v;
-  };
-  const Vec wqkv = cat({&t.at("q_proj"), &t.at("k_proj"), &t.at("v_proj")});
-  const Vec bqkv =
-      c.qkv_bias ? cat({&t.at("q_bias"), &t.at("k_bias"), &t.at("v_bias")}) : Vec{};
-  const float* bo = c.o_bias ? t.at("o_bias").data() : nullptr;
-  const Vec wgu = cat({&t.at("gate_proj"), &t.at("up_proj")});
-  auto inv = RopeInvFreq(c.d, c.theta, ScalingOf(c));
-  EXPECT_TRUE(inv.ok()) << inv.status().message();
-  Vec cos(size_t(c.seq) * c.d / 2), sin(cos.size());
-  RopeTables(cos.data(), sin.data(), *inv, c.seq);
+  const model::ModelShape shape{
+      .arch = model::Arch::kLlama, .layers = 1, .hidden = c.C, .heads = c.H, .kv_heads = c.KV,
+      .head_dim = c.d, .intermediate = c.I, .vocab = 2, .max_positions = c.seq,
+      .norm_eps = c.eps, .rope_theta = c.theta, .rope_scaling = ScalingOf(c),
+      .tie_word_embeddings = true, .qkv_bias = c.qkv_bias, .o_bias = c.o_bias};
+  auto d = llama::Dims::Make(shape, c.seq);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  if (!d.ok()) return {};
+  auto be = MakeCpuBackend<float>({.threads = 2});
+  const std::vector<TensorInfo> tensors = llama::UnitTensors(*d, 1);
+  Vec w(d->UnitParams(1)), dw(w.size());
+  for (const TensorInfo& t : tensors) {
+    const Vec& v = l.t.at(ScriptName(t.name));
+    EXPECT_EQ(v.size(), t.elems) << t.name;
+    std::copy(v.begin(), v.end(), w.begin() + t.offset);
+  }
+  const Vec& x = l.t.at("x");
+  Vec acts(llama::LayerActsElems(*d, c.B, c.seq)), y(x.size());
+  Vec scratch(llama::LayerScratchElems(
+      *d, c.B, c.seq, be->CausalAttentionScratchElems(c.B, c.seq, c.H, c.KV, c.d)));
+  const auto a = llama::ViewLayerActs(acts.data(), *d, c.B, c.seq);
+  const auto view = llama::ViewLayer<const float>(w.data(), *d);
+  Status s = llama::LayerForward<float>(*be, *d, view, x.data(), y.data(), a, scratch.data(),
+                                        c.B, c.seq);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  Vec dres = l.t.at("dy");
+  s = llama::LayerBackward<float>(*be, *d, view, llama::ViewLayer(dw.data(), *d), x.data(), a,
+                                  dres.data(), scratch.data(), c.B, c.seq);
+  EXPECT_TRUE(s.ok()) << s.ToString();
 
-  const float* const no_bias = nullptr;
-  float* const no_grad = nullptr;
-
-  // Forward.
-  const Vec& x = t.at("x");
-  Vec n1(NC), rstd1(N), qkv(size_t(N) * W), att(size_t(c.B) * c.H * c.seq * c.seq),
-      a(size_t(N) * Q), h(NC), n2(NC), rstd2(N), gu(size_t(N) * 2 * I), m(size_t(N) * I),
-      y(NC);
-  RmsNormForward(n1.data(), rstd1.data(), x.data(), t.at("input_layernorm").data(), N, C, c.eps);
-  MatmulForward(qkv.data(), n1.data(), wqkv.data(), c.qkv_bias ? bqkv.data() : no_bias, N, C,
-                W);
-  RopeForward(qkv.data(), cos.data(), sin.data(), c.B, c.seq, c.H, c.KV, c.d);
-  CausalAttentionForward(a.data(), att.data(), qkv.data(), c.B, c.seq, c.H, c.KV, c.d);
-  MatmulForward(h.data(), a.data(), t.at("o_proj").data(), bo, N, Q, C);
-  for (size_t i = 0; i < NC; ++i) h[i] += x[i];
-  RmsNormForward(n2.data(), rstd2.data(), h.data(), t.at("post_attention_layernorm").data(), N,
-                 C, c.eps);
-  MatmulForward(gu.data(), n2.data(), wgu.data(), no_bias, N, C, 2 * I);
-  SwiGluForward(m.data(), gu.data(), N, I);
-  MatmulForward(y.data(), m.data(), t.at("down_proj").data(), no_bias, N, I, C);
-  for (size_t i = 0; i < NC; ++i) y[i] += h[i];
-
-  // Backward of Σ y·dy.
   std::map<std::string, Vec> r;
   r["y.out"] = y;
-  const Vec& dy = t.at("dy");
-  Vec dh = dy, dm(m.size()), dgu(gu.size()), dn2(NC), da(a.size()), dqkv(qkv.size()), dn1(NC);
-  Vec dwd(t.at("down_proj").size()), dwgu(wgu.size()), dwpost(C), dwo(t.at("o_proj").size()),
-      dwqkv(wqkv.size()), dbqkv(bqkv.size()), dbo(C), dwin(C);
-  MatmulBackward(dm.data(), dwd.data(), no_grad, dy.data(), m.data(), t.at("down_proj").data(),
-                 N, I, C);
-  SwiGluBackward(dgu.data(), dm.data(), gu.data(), N, I);
-  MatmulBackward(dn2.data(), dwgu.data(), no_grad, dgu.data(), n2.data(), wgu.data(), N, C,
-                 2 * I);
-  RmsNormBackward(dh.data(), dwpost.data(), dn2.data(), h.data(),
-                  t.at("post_attention_layernorm").data(), rstd2.data(), N, C);
-  Vec dx = dh;
-  MatmulBackward(da.data(), dwo.data(), c.o_bias ? dbo.data() : no_grad, dh.data(), a.data(),
-                 t.at("o_proj").data(), N, Q, C);
-  Vec scratch(CausalAttentionScratchElems(c.B, c.seq, c.KV));
-  CausalAttentionBackward(dqkv.data(), scratch.data(), da.data(), qkv.data(), att.data(), c.B,
-                          c.seq, c.H, c.KV, c.d);
-  RopeBackward(dqkv.data(), cos.data(), sin.data(), c.B, c.seq, c.H, c.KV, c.d);
-  MatmulBackward(dn1.data(), dwqkv.data(), c.qkv_bias ? dbqkv.data() : no_grad, dqkv.data(),
-                 n1.data(), wqkv.data(), N, C, W);
-  RmsNormBackward(dx.data(), dwin.data(), dn1.data(), x.data(), t.at("input_layernorm").data(),
-                  rstd1.data(), N, C);
-
-  const size_t K = size_t(c.KV) * c.d;
-  r["d_x.out"] = dx;
-  r["d_input_layernorm.out"] = dwin;
-  r["d_q_proj.out"] = Rows(dwqkv, 0, Q, C);
-  r["d_k_proj.out"] = Rows(dwqkv, Q, K, C);
-  r["d_v_proj.out"] = Rows(dwqkv, Q + K, K, C);
-  if (c.o_bias) r["d_o_bias.out"] = dbo;
-  if (c.qkv_bias) {
-    r["d_q_bias.out"] = Rows(dbqkv, 0, Q, 1);
-    r["d_k_bias.out"] = Rows(dbqkv, Q, K, 1);
-    r["d_v_bias.out"] = Rows(dbqkv, Q + K, K, 1);
+  r["d_x.out"] = dres;
+  for (const TensorInfo& t : tensors) {
+    r["d_" + ScriptName(t.name) + ".out"] =
+        Vec(dw.begin() + t.offset, dw.begin() + t.offset + t.elems);
   }
-  r["d_o_proj.out"] = dwo;
-  r["d_post_attention_layernorm.out"] = dwpost;
-  r["d_gate_proj.out"] = Rows(dwgu, 0, I, C);
-  r["d_up_proj.out"] = Rows(dwgu, I, I, C);
-  r["d_down_proj.out"] = dwd;
   return r;
 }
 
@@ -271,4 +227,4 @@ TEST_F(LlamaLayerVsTorch, ForwardAndEveryGradientMatch) {
 }
 
 }  // namespace
-}  // namespace zinf::kernels::cpu
+}  // namespace zinf::train
