@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "src/base/units.h"
+#include "src/model/model_shape.h"
 #include "src/train/trainer.h"
 #include "tools/commands.h"
 #include "tools/train_config.h"
@@ -242,6 +244,11 @@ void AddDataFlags(CLI::App* cmd, TrainArgs* a) {
 void AddModelFlags(CLI::App* cmd, TrainArgs* a) {
   cmd->add_option("--arch", a->arch, "zinf.model.arch")
       ->check(CLI::IsMember({"gpt2", "llama"}));
+  cmd->add_option("--preset", a->preset,
+                  fmt::format("A published model's shape by name ({}): every zinf.model key left "
+                              "at its default takes the preset's; one given must agree. Weights "
+                              "are initialized at random unless --init",
+                              fmt::join(model::PresetNames(), ", ")));
   cmd->add_option("--layers", a->layers, "zinf.model.layers")->check(CLI::Range(1u, 4096u));
   cmd->add_option("--width", a->width, "zinf.model.width")->check(CLI::Range(1u, 65536u));
   cmd->add_option("--heads", a->heads, "zinf.model.heads")->check(CLI::Range(1u, 1024u));

@@ -12,7 +12,9 @@
 #include "src/base/units.h"
 #include "src/comm/world.h"
 #include "src/runtime/offload_runtime.h"
+#include "src/model/model_shape.h"
 #include "src/train/checkpoint.h"
+#include "src/train/model.h"
 #include "src/train/default_job.h"
 #include "src/train/weights_io.h"
 
@@ -169,6 +171,44 @@ Status TakeModelFromInit(const std::string& path, Config& c, ConfigSources& sour
   return InvalidArgument(message);
 }
 
+// --preset NAME: every zinf.model key the config and the flags left at its default takes the
+// preset's value; one they gave must agree with it (seq_len of a Llama-family preset is the
+// training length, left to the config: its max_position_embeddings bounds nothing).
+Status TakeModelFromPreset(const std::string& name, Config& c, ConfigSources& sources) {
+  ZINF_ASSIGN_OR_RETURN(const model::ModelShape shape, model::Preset(name));
+  const ModelConfig preset = train::ModelConfigOf(shape, c.zinf.model.seq_len);
+  // Both sides in their effective values, with the preset's arch for the keys to compare.
+  Config given = c, wanted = c;
+  given.zinf.model.arch = preset.arch;
+  wanted.zinf.model = preset;
+  const auto have = given.ToJson()["zinf"]["model"], want = wanted.ToJson()["zinf"]["model"];
+  std::vector<std::string> problems, taken;
+  for (const auto& [key, value] : want.items()) {
+    if (key == "seq_len" && preset.is_llama()) continue;  // not the preset's
+    const std::string json_path = "zinf.model." + key;
+    const std::string source = sources.Of(json_path);
+    if (source == kDefaultSource) {
+      taken.push_back(json_path);
+    } else if (have.value(key, nlohmann::ordered_json()) != value) {
+      problems.push_back(fmt::format(
+          "{}: {} (from {}) disagrees with --preset {}, whose {} is {}; expected the same, or "
+          "leave {} to take the preset's",
+          json_path, have.value(key, nlohmann::ordered_json()).dump(), source, name, key,
+          value.dump(),
+          source.starts_with("--") ? source + " out"
+                                   : fmt::format("{} out of {}", json_path, source)));
+    }
+  }
+  if (!problems.empty()) {
+    std::string message;
+    for (const std::string& p : problems) message += (message.empty() ? "" : "\n") + p;
+    return InvalidArgument(message);
+  }
+  c.zinf.model = preset;
+  for (const std::string& p : taken) sources.Set(p, "--preset " + name);
+  return Status::Ok();
+}
+
 // With NVMe in use: a swap directory (the flag's, the config's, else build/train-swap next to
 // the executable) and each empty nvme_path set to it, with the source of the directory used.
 void FillSwapPaths(Config& c, ConfigSources& sources) {
@@ -301,6 +341,7 @@ Result<TrainRunConfig> BuildTrainConfig(const CLI::App& cmd, const TrainArgs& a)
       r.sources.Set("zinf.checkpoint.dir", resume_source);
     }
   }
+  if (!a.preset.empty()) ZINF_RETURN_IF_ERROR(TakeModelFromPreset(a.preset, c, r.sources));
   if (!a.init.empty()) ZINF_RETURN_IF_ERROR(TakeModelFromInit(a.init, c, r.sources));
   FillSwapPaths(c, r.sources);
   // WarmupLR/WarmupDecayLR without warmup_max_lr peak at the optimizer's lr: its source.

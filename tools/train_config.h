@@ -43,7 +43,7 @@ struct TrainArgs {
   bool compare_checkpoint_copy = false;
   uint32_t keep_checkpoints = 1;
   uint32_t comm_timeout = 0;
-  std::string arch;
+  std::string arch, preset;
   uint32_t layers = 0, width = 0, heads = 0, seq_len = 0, vocab = 0, batch = 0, accum = 0;
   uint32_t kv_heads = 0, intermediate = 0;
   double lr = 0, clip = -1, h2d_gbps = 0;

@@ -20,6 +20,37 @@ namespace {
 
 using nlohmann::json;
 
+nlohmann::ordered_json RopeScalingJson(const RopeScalingConfig& r);
+
+// zinf.model: GPT-2's keys, and with arch "llama" the family's own (effective values).
+nlohmann::ordered_json ModelJson(const ModelConfig& m) {
+  nlohmann::ordered_json j = {{"arch", m.arch},   {"layers", m.layers},   {"width", m.width},
+                              {"heads", m.heads}, {"seq_len", m.seq_len}, {"vocab", m.vocab}};
+  if (!m.is_llama()) return j;
+  j["kv_heads"] = m.KvHeads();
+  j["intermediate"] = m.Intermediate();
+  j["norm_eps"] = m.norm_eps;
+  j["rope_theta"] = m.rope_theta;
+  j["tie_embeddings"] = m.tie_embeddings;
+  j["head_dim"] = m.HeadDim();
+  j["qkv_bias"] = m.qkv_bias;
+  j["o_bias"] = m.o_bias;
+  j["mlp_bias"] = m.mlp_bias;
+  j["rope_scaling"] = RopeScalingJson(m.rope_scaling);
+  j["sliding_window"] = m.sliding_window;
+  return j;
+}
+
+// HF's rope_scaling object; null for none.
+nlohmann::ordered_json RopeScalingJson(const RopeScalingConfig& r) {
+  if (r.type == "default") return nullptr;
+  return {{"rope_type", r.type},
+          {"factor", r.factor},
+          {"low_freq_factor", r.low_freq_factor},
+          {"high_freq_factor", r.high_freq_factor},
+          {"original_max_position_embeddings", r.original_max_position_embeddings}};
+}
+
 // "src: line" for each line, one per line of the message.
 Status Problems(const std::string& source, const std::vector<std::string>& lines) {
   std::string message;
@@ -151,7 +182,7 @@ void ValidateTraining(const Config& c, std::vector<std::string>& out) {
 // The model, budgets that can never be met, checkpoints and stripes.
 void ValidateResources(const Config& c, bool model_rules, std::vector<std::string>& out) {
   const ModelConfig& m = c.zinf.model;
-  if (model_rules && m.width % m.heads != 0) {
+  if (model_rules && m.width % m.heads != 0 && !(m.is_llama() && m.head_dim != 0)) {
     out.push_back(
         fmt::format("zinf.model.width: {} is not divisible by zinf.model.heads {}; "
                     "expected a multiple of heads",
@@ -171,10 +202,19 @@ void ValidateResources(const Config& c, bool model_rules, std::vector<std::strin
       out.push_back(fmt::format("zinf.model.kv_heads: {} does not divide zinf.model.heads {}; "
                                 "expected a divisor of heads", m.KvHeads(), m.heads));
     }
-    if (m.width % m.heads == 0 && (m.width / m.heads) % 2 != 0) {
+    if (m.head_dim != 0 && m.head_dim % 2 != 0) {
+      out.push_back(fmt::format("zinf.model.head_dim: {} is odd; expected an even one (rotary "
+                                "embeddings)", m.head_dim));
+    } else if (m.head_dim == 0 && m.width % m.heads == 0 && (m.width / m.heads) % 2 != 0) {
       out.push_back(fmt::format("zinf.model.width: {} over {} heads is an odd head_dim {}; "
                                 "expected an even one (rotary embeddings)",
                                 m.width, m.heads, m.width / m.heads));
+    }
+    if (m.sliding_window != 0 && m.seq_len > m.sliding_window) {
+      out.push_back(fmt::format(
+          "zinf.model.seq_len: {} is longer than zinf.model.sliding_window {}; expected at most "
+          "the window (zinf attends to every earlier position, which equals the windowed "
+          "attention only within it)", m.seq_len, m.sliding_window));
     }
   }
 
@@ -290,8 +330,10 @@ uint32_t ModelConfig::Intermediate() const {
 uint64_t ModelConfig::BlockParams() const {
   const uint64_t c = width;
   if (!is_llama()) return 12 * c * c + 13 * c;
-  const uint64_t d = c / heads, q = uint64_t{heads} * d, kv = uint64_t{KvHeads()} * d;
-  return c * (q + 2 * kv) + q * c + 3 * c * Intermediate() + 2 * c;
+  const uint64_t d = HeadDim(), q = uint64_t{heads} * d, kv = uint64_t{KvHeads()} * d;
+  const uint64_t i = Intermediate();
+  return c * (q + 2 * kv) + q * c + 3 * c * i + 2 * c + (qkv_bias ? q + 2 * kv : 0) +
+         (o_bias ? c : 0) + (mlp_bias ? 2 * i + c : 0);
 }
 uint64_t ModelConfig::EmbeddingParams() const {
   return (uint64_t{vocab} + (is_llama() ? 0 : seq_len)) * width;
@@ -515,24 +557,7 @@ nlohmann::ordered_json Config::ToJson() const {
                  {"seed", zinf.seed},
                  {"optimizer_state_dtype", zinf.optimizer_state_dtype},
                  {"optimizer_state_rounding", zinf.optimizer_state_rounding},
-                 {"model",
-                  m.is_llama() ? nlohmann::json{{"arch", m.arch},
-                                                {"layers", m.layers},
-                                                {"width", m.width},
-                                                {"heads", m.heads},
-                                                {"seq_len", m.seq_len},
-                                                {"vocab", m.vocab},
-                                                {"kv_heads", m.KvHeads()},
-                                                {"intermediate", m.Intermediate()},
-                                                {"norm_eps", m.norm_eps},
-                                                {"rope_theta", m.rope_theta},
-                                                {"tie_embeddings", m.tie_embeddings}}
-                               : nlohmann::json{{"arch", m.arch},
-                                                {"layers", m.layers},
-                                                {"width", m.width},
-                                                {"heads", m.heads},
-                                                {"seq_len", m.seq_len},
-                                                {"vocab", m.vocab}}},
+                 {"model", ModelJson(m)},
                  {"checkpoint",
                   {{"dir", zinf.checkpoint.dir},
                    {"every", zinf.checkpoint.every},

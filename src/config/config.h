@@ -205,6 +205,16 @@ struct BudgetsConfig {
 // layer, the final norm (with an untied head). arch "gpt2" is GPT-2 as nanoGPT has it; "llama"
 // is Hugging Face's LlamaForCausalLM (RMSNorm, rotary positions, grouped-query attention,
 // SwiGLU, no biases), whose extra keys below take HF's meaning and defaults.
+// HF's rope_scaling: "default" (none) or "llama3" (Llama 3.1's rescaling of the frequencies).
+struct RopeScalingConfig {
+  std::string type = "default";
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  double original_max_position_embeddings = 8192.0;
+  bool operator==(const RopeScalingConfig&) const = default;
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // "gpt2" or "llama"
   uint32_t layers = 4;     // transformer blocks: 1..4096
@@ -218,14 +228,21 @@ struct ModelConfig {
   double norm_eps = 1e-6;     // rms_norm_eps
   double rope_theta = 10000.0;
   bool tie_embeddings = false;  // tie_word_embeddings
+  uint32_t head_dim = 0;        // head_dim; 0: width / heads
+  bool qkv_bias = false;        // biases on q, k and v (Qwen2; half of Llama's attention_bias)
+  bool o_bias = false;          // a bias on o_proj (the other half of attention_bias)
+  bool mlp_bias = false;        // mlp_bias: biases on gate, up and down
+  RopeScalingConfig rope_scaling;
+  uint32_t sliding_window = 0;  // Mistral's; 0: none (a longer seq_len is refused)
 
   bool is_llama() const { return arch == "llama"; }
   uint32_t KvHeads() const { return kv_heads == 0 ? heads : kv_heads; }
   uint32_t Intermediate() const;  // the MLP's width (GPT-2: 4·width)
+  uint32_t HeadDim() const { return head_dim == 0 ? width / heads : head_dim; }
 
   // Parameter counts of the units (width C, vocab V, seq T). GPT-2: block 12C² + 13C;
   // embedding (V + T)·C; final norm 2C (the head is tied). Llama: layer C·(H·d + 2·KV·d) +
-  // H·d·C + 3·C·I + 2C; embedding V·C; final C, plus V·C when untied.
+  // H·d·C + 3·C·I + 2C plus the biases asked for; embedding V·C; final C, plus V·C untied.
   uint64_t BlockParams() const;
   uint64_t EmbeddingParams() const;
   uint64_t FinalParams() const;

@@ -254,6 +254,21 @@ void ReadBf16(Reader r, Bf16Config* c) {
 
 // --- zinf ---------------------------------------------------------------------------------
 
+// HF's rope_scaling: {"rope_type" (or "type"): "llama3", "factor", "low_freq_factor",
+// "high_freq_factor", "original_max_position_embeddings"}; null or absent: none.
+void ReadRopeScaling(Reader r, RopeScalingConfig* c) {
+  const Choices<std::string_view> types = {{"default", "default"}, {"llama3", "llama3"}};
+  std::string_view type = c->type;
+  r.Enum(r.Alias("rope_type", "type"), &type, types, kPlain,
+         {"linear", "dynamic", "yarn", "longrope", "su", "mrope"});
+  c->type = std::string(type);
+  r.Double("factor", &c->factor, Above(0));
+  r.Double("low_freq_factor", &c->low_freq_factor, Above(0));
+  r.Double("high_freq_factor", &c->high_freq_factor, Above(0));
+  r.Double("original_max_position_embeddings", &c->original_max_position_embeddings, Above(0));
+  r.Finish();
+}
+
 void ReadModel(Reader r, ModelConfig* c) {
   const Choices<std::string_view> archs = {{"gpt2", "gpt2"}, {"llama", "llama"}};
   std::string_view arch = c->arch;
@@ -265,7 +280,8 @@ void ReadModel(Reader r, ModelConfig* c) {
   r.Uint32(r.Alias("seq_len", "n_positions"), &c->seq_len, 1, 1 << 20);
   r.Uint32(r.Alias("vocab", "vocab_size"), &c->vocab, 2, 1 << 24);
   // The Llama family's own keys. GPT-2 has no such choice (its head is tied, its MLP 4·width
-  // wide, its attention ungrouped), so any of them given with it is refused.
+  // wide, its attention ungrouped, unbiased by choice, unrotated), so any of them given with it
+  // is refused.
   const std::string_view kv = r.Alias("kv_heads", "num_key_value_heads");
   const std::string_view inter = r.Alias("intermediate", "intermediate_size");
   const std::string_view eps = r.Alias("norm_eps", "rms_norm_eps");
@@ -275,8 +291,17 @@ void ReadModel(Reader r, ModelConfig* c) {
   r.Double(eps, &c->norm_eps, Above(0));
   r.Double("rope_theta", &c->rope_theta, Above(0));
   r.Bool(tie, &c->tie_embeddings);
+  r.Uint32("head_dim", &c->head_dim, 0, 1u << 16);
+  r.Bool("qkv_bias", &c->qkv_bias);
+  r.Bool("o_bias", &c->o_bias);
+  r.Bool("mlp_bias", &c->mlp_bias);
+  r.Uint32("sliding_window", &c->sliding_window, 0, 1u << 24);
+  ReadRopeScaling(r.Object("rope_scaling", kNull), &c->rope_scaling);
   if (!c->is_llama()) {
-    for (std::string_view key : {kv, inter, eps, std::string_view("rope_theta"), tie}) {
+    for (std::string_view key :
+         {kv, inter, eps, std::string_view("rope_theta"), tie, std::string_view("head_dim"),
+          std::string_view("qkv_bias"), std::string_view("o_bias"), std::string_view("mlp_bias"),
+          std::string_view("sliding_window"), std::string_view("rope_scaling")}) {
       if (r.Has(key)) {
         r.Error(key, "is a key of arch \"llama\"; expected it absent with arch \"gpt2\" "
                      "(GPT-2's head is tied, its MLP 4·width wide, its heads ungrouped)");

@@ -8,26 +8,64 @@ namespace zinf::train {
 
 Result<Model> Model::FromConfig(const ModelConfig& m) {
   if (!m.is_llama()) return Model(GptDims::FromConfig(m));
-  if (m.heads == 0 || m.width % m.heads != 0) {
+  if (m.heads == 0 || (m.head_dim == 0 && m.width % m.heads != 0)) {
     return InvalidArgument(fmt::format("zinf.model.width: {} is not divisible by heads {}",
                                        m.width, m.heads));
   }
+  const RopeScalingConfig& r = m.rope_scaling;
   const model::ModelShape shape{
       .arch = model::Arch::kLlama,
       .layers = static_cast<int>(m.layers),
       .hidden = static_cast<int>(m.width),
       .heads = static_cast<int>(m.heads),
       .kv_heads = static_cast<int>(m.KvHeads()),
-      .head_dim = static_cast<int>(m.width / m.heads),
+      .head_dim = static_cast<int>(m.HeadDim()),
       .intermediate = static_cast<int>(m.Intermediate()),
       .vocab = static_cast<int>(m.vocab),
       .max_positions = static_cast<int>(m.seq_len),
       .norm_eps = m.norm_eps,
       .rope_theta = m.rope_theta,
-      .tie_word_embeddings = m.tie_embeddings};
+      .rope_scaling = {.kind = r.type,
+                       .factor = r.factor,
+                       .low_freq_factor = r.low_freq_factor,
+                       .high_freq_factor = r.high_freq_factor,
+                       .original_max_position_embeddings = r.original_max_position_embeddings},
+      .tie_word_embeddings = m.tie_embeddings,
+      .qkv_bias = m.qkv_bias,
+      .o_bias = m.o_bias,
+      .mlp_bias = m.mlp_bias,
+      .sliding_window = static_cast<int>(m.sliding_window)};
   auto d = llama::Dims::Make(shape, static_cast<int>(m.seq_len));
   if (!d.ok()) return d.status().WithContext("zinf.model");
   return Model(std::move(*d));
+}
+
+ModelConfig ModelConfigOf(const model::ModelShape& s, uint32_t seq_len) {
+  ModelConfig m;
+  m.arch = std::string(model::ArchName(s.arch));
+  m.layers = static_cast<uint32_t>(s.layers);
+  m.width = static_cast<uint32_t>(s.hidden);
+  m.heads = static_cast<uint32_t>(s.heads);
+  m.vocab = static_cast<uint32_t>(s.vocab);
+  m.seq_len = s.arch == model::Arch::kGpt2 ? static_cast<uint32_t>(s.max_positions) : seq_len;
+  if (s.arch == model::Arch::kGpt2) return m;
+  m.kv_heads = static_cast<uint32_t>(s.kv_heads);
+  m.intermediate = static_cast<uint32_t>(s.intermediate);
+  m.norm_eps = s.norm_eps;
+  m.rope_theta = s.rope_theta;
+  m.tie_embeddings = s.tie_word_embeddings;
+  m.head_dim = static_cast<uint32_t>(s.head_dim);
+  m.qkv_bias = s.qkv_bias;
+  m.o_bias = s.o_bias;
+  m.mlp_bias = s.mlp_bias;
+  const kernels::cpu::RopeScaling& r = s.rope_scaling;
+  m.rope_scaling = {.type = r.kind,
+                    .factor = r.factor,
+                    .low_freq_factor = r.low_freq_factor,
+                    .high_freq_factor = r.high_freq_factor,
+                    .original_max_position_embeddings = r.original_max_position_embeddings};
+  m.sliding_window = static_cast<uint32_t>(s.sliding_window);
+  return m;
 }
 
 int Model::layers() const { return is_gpt() ? gpt().L : llama().L(); }

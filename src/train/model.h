@@ -36,8 +36,9 @@ class Model {
   Model(const GptDims& d) : dims_(d) {}  // NOLINT: a GPT-2 shape is a model
   explicit Model(llama::Dims d) : dims_(std::move(d)) {}
   // `zinf.model`: arch "gpt2" (layers, width, heads, vocab, seq_len) or "llama" (those and
-  // kv_heads, intermediate, norm_eps, rope_theta, tie_embeddings); InvalidArgument naming the
-  // key whose value no model of that family can have.
+  // the family's keys: kv_heads, intermediate, head_dim, norm_eps, rope_theta, rope_scaling,
+  // tie_embeddings, the biases, sliding_window); InvalidArgument naming what no model of that
+  // family can have.
   static Result<Model> FromConfig(const ModelConfig& m);
 
   model::Arch arch() const { return is_gpt() ? model::Arch::kGpt2 : model::Arch::kLlama; }
@@ -92,6 +93,11 @@ class Model {
  private:
   std::variant<GptDims, llama::Dims> dims_;
 };
+
+// zinf.model for a shape (a preset, a Hugging Face config.json): every key the shape sets.
+// seq_len: GPT-2's is its number of positions; a Llama's is the training length given (its
+// max_position_embeddings bounds nothing zinf computes).
+ModelConfig ModelConfigOf(const model::ModelShape& shape, uint32_t seq_len);
 
 // The whole model with every weight in memory (tests and references), the executor's sequence
 // of calls without the paging: params[u] and grads[u] are the units' arrays (grads accumulate).

@@ -161,6 +161,46 @@ TEST(TrainConfigCliTest, PrintConfigNamesWhereEachValueCameFrom) {
   EXPECT_EQ(SourceOf(again.out, "width"), printed);
 }
 
+// --preset NAME: the published shape fills every zinf.model key left at its default, the
+// source names the preset; a key given that disagrees is refused naming both values; the
+// printed config reads back as the same config.
+TEST(TrainConfigCliTest, PresetFillsTheModelKeysAndRefusesADisagreeingOne) {
+  TempDir dir;
+  auto r = RunZinf("train --preset qwen2.5-0.5b --seq-len 256 --device-budget 4G --print-config",
+                   dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false, true);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  const nlohmann::json& m = j["zinf"]["model"];
+  EXPECT_EQ(m["arch"], "llama");
+  EXPECT_EQ(m["layers"], 24);
+  EXPECT_EQ(m["width"], 896);
+  EXPECT_EQ(m["kv_heads"], 2);
+  EXPECT_EQ(m["intermediate"], 4864);
+  EXPECT_EQ(m["vocab"], 151936);
+  EXPECT_EQ(m["qkv_bias"], true);
+  EXPECT_EQ(m["tie_embeddings"], true);
+  EXPECT_EQ(m["rope_theta"], 1000000.0);
+  EXPECT_EQ(SourceOf(r.out, "intermediate"), "--preset qwen2.5-0.5b");
+  EXPECT_EQ(m["seq_len"], 256);
+  EXPECT_EQ(SourceOf(r.out, "seq_len"), "--seq-len");  // the training length stays the run's
+  const std::string printed = dir / "printed.json";
+  std::ofstream(printed) << r.out;
+  auto again = RunZinf("train --config " + printed + " --print-config", dir.path());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out, nullptr, false, true)["zinf"]["model"], m);
+
+  r = RunZinf("train --preset llama2-7b --width 1024 --print-config", dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("zinf.model.width: 1024 (from --width) disagrees with --preset "
+                       "llama2-7b, whose width is 4096"),
+            std::string::npos)
+      << r.err;
+  r = RunZinf("train --preset llama9-1t --print-config", dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("tinyllama-1.1b, llama2-7b"), std::string::npos) << r.err;
+}
+
 // --schedule constant: no warm-up, step 1 trains at --lr (the default job warms up from 0);
 // the other names pick DeepSpeed's schedulers, keeping the config's parameters.
 TEST(TrainConfigCliTest, ScheduleConstantTrainsTheFirstStepAtLr) {

@@ -179,6 +179,28 @@ TEST(ConfigTest, LlamaModelKeys) {
   EXPECT_THAT(Refusal(R"({"zinf": {"model": {"arch": "llama", "width": 12, "heads": 4}}})"),
               HasSubstr("odd head_dim 3"));
   EXPECT_THAT(Refusal(R"({"zinf": {"model": {"arch": "mamba"}}})"), HasSubstr("zinf.model.arch"));
+  // The rest of HF's Llama-family shape: head_dim, the biases, rope_scaling, the window.
+  auto q = Load(R"({"zinf": {"model": {"arch": "llama", "width": 64, "heads": 4,
+      "head_dim": 8, "qkv_bias": true, "sliding_window": 64, "seq_len": 64,
+      "rope_scaling": {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}})");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->zinf.model.HeadDim(), 8u);
+  EXPECT_EQ(q->zinf.model.rope_scaling.type, "llama3");
+  EXPECT_EQ(q->zinf.model.rope_scaling.factor, 8.0);
+  EXPECT_TRUE(q->zinf.model.qkv_bias);
+  auto q2 = Load(q->ToJson().dump());
+  ASSERT_TRUE(q2.ok()) << q2.status().ToString();
+  EXPECT_EQ(q2->zinf.model.rope_scaling, q->zinf.model.rope_scaling);
+  EXPECT_THAT(Refusal(R"({"zinf": {"model": {"arch": "llama",
+      "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}}})"),
+              HasSubstr("zinf.model.rope_scaling.rope_type"));
+  EXPECT_THAT(Refusal(R"({"zinf": {"model": {"rope_scaling": {"rope_type": "llama3"}}}})"),
+              HasSubstr("zinf.model.rope_scaling: is a key of arch"));
+  EXPECT_THAT(Refusal(R"({"zinf": {"model": {"arch": "llama", "sliding_window": 16}}})"),
+              HasSubstr("longer than zinf.model.sliding_window 16"));
+  EXPECT_THAT(Refusal(R"({"zinf": {"model": {"arch": "llama", "head_dim": 7}}})"),
+              HasSubstr("zinf.model.head_dim: 7 is odd"));
 }
 
 TEST(ConfigTest, ByteStringsParse) {
