@@ -132,8 +132,10 @@ TEST(LaunchCliTest, TwoNodesAsTwoLaunches) {
                              " --run-id two-nodes -- " + ZINF_BINARY +
                              " bench-comm --sizes 256KiB --reps 1";
   testing::CommandResult node1;
-  std::thread t([&] { node1 = RunZinf("launch --node-rank 1" + common, dir / "n1"); });
+  // Node 1's directory exists before its thread runs in it (created after, a slow start of the
+  // main thread left node 1's shell without it: it never launched, and node 0 waited 120 s).
   std::filesystem::create_directories(dir / "n1");
+  std::thread t([&] { node1 = RunZinf("launch --node-rank 1" + common, dir / "n1"); });
   auto node0 = RunZinf("launch --node-rank 0" + common, dir.path());
   t.join();
   EXPECT_EQ(node0.exit_code, 0) << node0.out << node0.err;
